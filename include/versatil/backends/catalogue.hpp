@@ -1,0 +1,121 @@
+// Every configured policy of the built-in backends, as descriptors, and the parser that maps
+// a run-time spec ("xnnpack:per_tensor,dynamic") onto one of them: the one place where a
+// run-time choice meets the compile-time policy types.
+#pragma once
+
+#include <array>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "versatil/backends/x86_inductor.hpp"
+#include "versatil/backends/xnnpack.hpp"
+#include "versatil/core/backend.hpp"
+#include "versatil/core/result.hpp"
+
+namespace versatil {
+
+namespace detail {
+// A policy under every subset of its three options.
+template <template <auto...> class Policy, auto A, auto B, auto C>
+inline constexpr std::array<const backend_descriptor*, 8> every_option_subset{
+    &descriptor_of<Policy<>>,     &descriptor_of<Policy<A>>,    &descriptor_of<Policy<B>>,
+    &descriptor_of<Policy<A, B>>, &descriptor_of<Policy<C>>,    &descriptor_of<Policy<A, C>>,
+    &descriptor_of<Policy<B, C>>, &descriptor_of<Policy<A, B, C>>,
+};
+
+template <std::size_t... N>
+constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... parts) {
+    std::array<const backend_descriptor*, (N + ...)> all{};
+    std::size_t next = 0;
+    ((void)[&] {
+        for (const backend_descriptor* descriptor : parts) all[next++] = descriptor;
+    }(), ...);
+    return all;
+}
+}  // namespace detail
+
+inline constexpr auto builtin_backends =
+    detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range>,
+                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor>);
+
+struct backend_spec_error {
+    std::string message;
+};
+
+namespace detail {
+constexpr std::string_view next_token(std::string_view& rest, char separator) noexcept {
+    const std::size_t end = rest.find(separator);
+    const std::string_view token = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
+    return token;
+}
+
+constexpr bool lists_option(std::string_view options, std::string_view option) noexcept {
+    while (!options.empty())
+        if (next_token(options, ',') == option) return true;
+    return false;
+}
+
+inline std::string known_names(std::span<const backend_descriptor* const> catalogue) {
+    std::string names;
+    for (const backend_descriptor* descriptor : catalogue)
+        if (names.find(descriptor->name) == std::string::npos)
+            names.append(names.empty() ? "" : ", ").append(descriptor->name);
+    return names;
+}
+
+}  // namespace detail
+
+// Parses "BACKEND[:OPT[,OPT]...]" (options in any order) into the catalogue's descriptor.
+inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
+    std::string_view spec, std::span<const backend_descriptor* const> catalogue = builtin_backends) {
+    const std::size_t colon = spec.find(':');
+    const std::string_view name = spec.substr(0, colon);
+    const std::string_view options = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
+
+    const backend_descriptor* widest = nullptr;  // the configuration with every option
+    for (const backend_descriptor* descriptor : catalogue)
+        if (descriptor->name == name && (!widest || descriptor->options.size() > widest->options.size()))
+            widest = descriptor;
+    if (widest == nullptr)
+        return backend_spec_error{"unknown backend '" + std::string(name) +
+                                  "' (known: " + detail::known_names(catalogue) + ")"};
+
+    const auto accepted = [&] {
+        std::string list(widest->options);
+        for (char& c : list) c = c == ',' ? ' ' : c;
+        return " (" + std::string(name) + " accepts: " + list + ")";
+    };
+    if (colon != std::string_view::npos && options.empty())
+        return backend_spec_error{"backend spec '" + std::string(spec) + "' has ':' but no option" + accepted()};
+
+    if (options.starts_with(',') || options.ends_with(',') || options.find(",,") != std::string_view::npos)
+        return backend_spec_error{"backend spec '" + std::string(spec) + "' has an empty option" + accepted()};
+    std::size_t count = 0;
+    for (std::string_view rest = options; !rest.empty();) {
+        const std::string_view before = options.substr(0, options.size() - rest.size());
+        const std::string_view option = detail::next_token(rest, ',');
+        ++count;
+        if (!detail::lists_option(widest->options, option))
+            return backend_spec_error{"unknown option '" + std::string(option) + "' for backend '" +
+                                      std::string(name) + "'" + accepted()};
+        if (detail::lists_option(before, option))
+            return backend_spec_error{"option '" + std::string(option) + "' given twice in '" + std::string(spec) +
+                                      "'"};
+    }
+
+    for (const backend_descriptor* descriptor : catalogue) {
+        if (descriptor->name != name) continue;
+        std::size_t listed = descriptor->options.empty() ? 0 : 1;
+        for (char c : descriptor->options) listed += c == ',' ? 1 : 0;
+        bool all_given = listed == count;
+        for (std::string_view rest = options; all_given && !rest.empty();)
+            all_given = detail::lists_option(descriptor->options, detail::next_token(rest, ','));
+        if (all_given) return descriptor;
+    }
+    return backend_spec_error{"backend '" + std::string(name) + "' has no configuration with options '" +
+                              std::string(options) + "'"};
+}
+
+}  // namespace versatil

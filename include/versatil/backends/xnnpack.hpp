@@ -1,0 +1,30 @@
+// The XNNPACK backend policy: `XNNPACK<>`, `XNNPACK<dynamic, per_tensor>`. Options:
+// dynamic, qat, per_tensor (weights are per-channel by default). Runs on CPU and changes no
+// environment variable.
+#pragma once
+
+#include <array>
+#include <string_view>
+
+#include "versatil/backends/xnnpack_config.hpp"
+#include "versatil/core/backend.hpp"
+#include "versatil/core/options.hpp"
+
+namespace versatil {
+
+template <auto... Options>
+struct XNNPACK : backend_policy<XNNPACK<Options...>> {
+    using accepted_options = option_list<dynamic_t, qat_t, per_tensor_t>;
+    static_assert(options_are_valid<"XNNPACK", accepted_options, Options...>);
+
+    static constexpr std::string_view name = "xnnpack";
+    static constexpr bool is_dynamic = has_option<dynamic_t, Options...>;
+    static constexpr bool is_qat = has_option<qat_t, Options...>;
+    static constexpr bool is_per_channel = !has_option<per_tensor_t, Options...>;
+    static constexpr device_set supported_device_types{device_type::cpu};
+    static constexpr std::array<environment_assignment, 0> environment{};
+    static constexpr quantization_config config = xnnpack_config(is_dynamic, is_qat, is_per_channel);
+    static constexpr std::string_view options = option_names<accepted_options, Options...>;
+};
+
+}  // namespace versatil

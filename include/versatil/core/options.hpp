@@ -1,0 +1,100 @@
+// Named backend options: `X86Inductor<dynamic, reduce_range>` instead of a row of bools.
+// Options are values of distinct empty types, so their order does not matter, and a policy
+// can reject one it does not know or one given twice, naming both itself and the option.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+
+#include "versatil/core/fixed_string.hpp"
+
+namespace versatil {
+inline namespace options {
+
+struct dynamic_t {
+    static constexpr std::string_view name = "dynamic";
+};
+struct qat_t {
+    static constexpr std::string_view name = "qat";
+};
+struct reduce_range_t {
+    static constexpr std::string_view name = "reduce_range";
+};
+struct per_tensor_t {
+    static constexpr std::string_view name = "per_tensor";
+};
+
+inline constexpr dynamic_t dynamic{};            // activations quantized at run time
+inline constexpr qat_t qat{};                    // fake-quantize for quantization-aware training
+inline constexpr reduce_range_t reduce_range{};  // 7-bit activations (x86 without VNNI)
+inline constexpr per_tensor_t per_tensor{};      // one weight scale per tensor, not per channel
+
+}  // namespace options
+
+template <class... Options>
+struct option_list {};
+
+namespace detail {
+
+template <class Option, auto... Given>
+inline constexpr std::size_t option_count = (std::size_t{0} + ... + std::is_same_v<Option, std::remove_cvref_t<decltype(Given)>>);
+
+// Instantiated once per option a policy receives; the instantiation names the policy and
+// the option, the assertion names the rule.
+template <fixed_string Policy, class Option, class Accepted, std::size_t Count>
+struct check_option;
+
+template <fixed_string Policy, class Option, class... Accepted, std::size_t Count>
+struct check_option<Policy, Option, option_list<Accepted...>, Count> {
+    static_assert((std::is_same_v<Option, Accepted> || ...),
+                  "versatil: unknown option for this backend policy (the policy and the option are named in the "
+                  "instantiation above)");
+    static_assert(Count == 1, "versatil: option given twice to this backend policy (the policy and the option are "
+                              "named in the instantiation above)");
+    static constexpr bool value = true;
+};
+
+}  // namespace detail
+
+// True when every option in `Given` is one of `Accepted` and none repeats; otherwise a
+// compile error naming `Policy` and the offending option.
+template <fixed_string Policy, class Accepted, auto... Given>
+inline constexpr bool options_are_valid =
+    (true && ... &&
+     detail::check_option<Policy, std::remove_cvref_t<decltype(Given)>, Accepted,
+                          detail::option_count<std::remove_cvref_t<decltype(Given)>, Given...>>::value);
+
+template <class Option, auto... Given>
+inline constexpr bool has_option = detail::option_count<Option, Given...> > 0;
+
+namespace detail {
+template <class Accepted, auto... Given>
+struct option_names;
+
+template <class... Accepted, auto... Given>
+struct option_names<option_list<Accepted...>, Given...> {
+    struct text {
+        std::array<char, (std::size_t{1} + ... + (Accepted::name.size() + 1))> chars{};
+        std::size_t size = 0;
+    };
+    static constexpr text storage = [] {
+        text result;
+        const auto append = [&result](std::string_view name) {
+            if (result.size != 0) result.chars[result.size++] = ',';
+            for (char c : name) result.chars[result.size++] = c;
+        };
+        ((has_option<Accepted, Given...> ? append(Accepted::name) : void()), ...);
+        return result;
+    }();
+    static constexpr std::string_view value{storage.chars.data(), storage.size};
+};
+}  // namespace detail
+
+// The options present in `Given`, in the policy's own order, comma-separated: one spelling
+// for `X86Inductor<dynamic, reduce_range>` and `X86Inductor<reduce_range, dynamic>`.
+template <class Accepted, auto... Given>
+inline constexpr std::string_view option_names = detail::option_names<Accepted, Given...>::value;
+
+}  // namespace versatil

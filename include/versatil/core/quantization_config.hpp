@@ -1,0 +1,31 @@
+// What a backend does to the modules it quantizes: specs for input and output activations,
+// weights and bias (torchao's QuantizationConfig). A missing spec means "stays float".
+#pragma once
+
+#include <optional>
+
+#include "versatil/core/quantization_spec.hpp"
+
+namespace versatil {
+
+struct quantization_config {
+    std::optional<quantization_spec> input_activation;
+    std::optional<quantization_spec> output_activation;  // none for dynamic: outputs stay float
+    std::optional<quantization_spec> weight;
+    std::optional<quantization_spec> bias;  // none: bias stays float, as in both backends
+    bool is_qat = false;
+
+    friend constexpr bool operator==(const quantization_config&, const quantization_config&) = default;
+};
+
+constexpr bool is_valid(const quantization_config& config) noexcept {
+    const auto valid = [](const std::optional<quantization_spec>& spec) { return !spec || is_valid(*spec); };
+    return valid(config.input_activation) && valid(config.output_activation) && valid(config.weight) &&
+           valid(config.bias);
+}
+
+constexpr bool is_dynamic(const quantization_config& config) noexcept {
+    return config.input_activation && config.input_activation->is_dynamic;
+}
+
+}  // namespace versatil

@@ -1,0 +1,101 @@
+// Integer-only requantization (gemmlowp / TFLite): a real multiplier such as
+// input_scale * weight_scale / output_scale becomes a Q31 fixed-point multiplier and a
+// power-of-two shift, so an int32 accumulator is rescaled without floating point.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "versatil/math/rounding.hpp"
+
+namespace versatil::math {
+
+// real ≈ multiplier * 2^(shift - 31), multiplier in [2^30, 2^31) unless real is 0.
+struct fixed_point_multiplier {
+    std::int32_t multiplier = 0;
+    int shift = 0;
+
+    friend constexpr bool operator==(const fixed_point_multiplier&, const fixed_point_multiplier&) = default;
+};
+
+struct mantissa_exponent {
+    double mantissa;  // in [0.5, 1) in magnitude
+    int exponent;
+};
+
+// std::frexp, constexpr (scaling by two is exact for normal doubles).
+constexpr mantissa_exponent split_power_of_two(double value) noexcept {
+    if (value == 0.0 || is_nan(value)) return {value, 0};
+    const bool negative = value < 0.0;
+    double magnitude = negative ? -value : value;
+    int exponent = 0;
+    while (magnitude >= 1.0) {
+        magnitude *= 0.5;
+        ++exponent;
+    }
+    while (magnitude < 0.5) {
+        magnitude *= 2.0;
+        --exponent;
+    }
+    return {negative ? -magnitude : magnitude, exponent};
+}
+
+// TFLite's QuantizeMultiplier, with the out-of-range cases made explicit: multipliers
+// below 2^-31 flush to zero, multipliers of 2^30 and above saturate.
+constexpr fixed_point_multiplier quantize_multiplier(double real_multiplier) noexcept {
+    if (real_multiplier == 0.0 || is_nan(real_multiplier)) return {0, 0};
+    auto [mantissa, shift] = split_power_of_two(real_multiplier);
+    constexpr double q31_one = 2147483648.0;  // 2^31
+    auto fixed = static_cast<std::int64_t>(round_half_away(mantissa * q31_one));
+    if (fixed == (std::int64_t{1} << 31)) {
+        fixed /= 2;
+        ++shift;
+    }
+    if (shift < -31) return {0, 0};
+    if (shift > 30) return {fixed < 0 ? std::numeric_limits<std::int32_t>::min() : std::numeric_limits<std::int32_t>::max(), 30};
+    return {static_cast<std::int32_t>(fixed), shift};
+}
+
+// gemmlowp's SaturatingRoundingDoublingHighMul: round(a * b / 2^31), saturating the one
+// overflowing case (INT32_MIN * INT32_MIN).
+constexpr std::int32_t saturating_rounding_doubling_high_mul(std::int32_t a, std::int32_t b) noexcept {
+    if (a == b && a == std::numeric_limits<std::int32_t>::min()) return std::numeric_limits<std::int32_t>::max();
+    const std::int64_t product = std::int64_t{a} * std::int64_t{b};
+    const std::int64_t nudge = product >= 0 ? (std::int64_t{1} << 30) : (1 - (std::int64_t{1} << 30));
+    return static_cast<std::int32_t>((product + nudge) / (std::int64_t{1} << 31));
+}
+
+// gemmlowp's RoundingDivideByPOT: x / 2^exponent rounded half away from zero.
+constexpr std::int32_t rounding_divide_by_power_of_two(std::int32_t x, int exponent) noexcept {
+    if (exponent <= 0) return x;
+    if (exponent > 31) exponent = 31;
+    const std::int64_t mask = (std::int64_t{1} << exponent) - 1;
+    const std::int64_t remainder = std::int64_t{x} & mask;
+    const std::int64_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return static_cast<std::int32_t>((std::int64_t{x} >> exponent) + (remainder > threshold ? 1 : 0));
+}
+
+// x * real_multiplier in integer arithmetic (TFLite's MultiplyByQuantizedMultiplier). For
+// multipliers below one it rounds twice exactly as TFLite does; for multipliers of one and
+// above TFLite shifts x left first and can overflow, so the product is formed in 64 bits,
+// rounded once (the same value whenever TFLite's does not overflow) and saturated.
+constexpr std::int32_t multiply_by_quantized_multiplier(std::int32_t x, fixed_point_multiplier m) noexcept {
+    if (m.shift <= 0)
+        return rounding_divide_by_power_of_two(saturating_rounding_doubling_high_mul(x, m.multiplier), -m.shift);
+    const std::int64_t product = std::int64_t{x} * m.multiplier;  // |product| < 2^62
+    const int exponent = 31 - m.shift;                             // 1..30
+    const std::int64_t half = std::int64_t{1} << (exponent - 1);
+    const std::int64_t rounded = (product + (product >= 0 ? half : 1 - half)) / (std::int64_t{1} << exponent);
+    constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
+    return static_cast<std::int32_t>(rounded < lo ? lo : (rounded > hi ? hi : rounded));
+}
+
+// An int32 accumulator to the output's quantized level: rescale, add the output zero
+// point, clamp to the output range.
+constexpr std::int32_t requantize(std::int32_t accumulator, fixed_point_multiplier m, std::int32_t output_zero_point,
+                                  std::int32_t quant_min, std::int32_t quant_max) noexcept {
+    const std::int64_t level = std::int64_t{multiply_by_quantized_multiplier(accumulator, m)} + output_zero_point;
+    return static_cast<std::int32_t>(level < quant_min ? quant_min : (level > quant_max ? quant_max : level));
+}
+
+}  // namespace versatil::math
