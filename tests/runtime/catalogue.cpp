@@ -1,0 +1,48 @@
+// Run-time backend specs ("xnnpack:per_tensor,dynamic") map onto the compile-time policies.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "versatil/backends/catalogue.hpp"
+
+using namespace versatil;
+
+namespace {
+std::string parse_error(std::string_view spec) {
+    const auto parsed = parse_backend_spec(spec);
+    REQUIRE_FALSE(parsed.has_value());
+    return parsed.error().message;
+}
+}  // namespace
+
+TEST_CASE("every configured policy is in the catalogue once") {
+    CHECK(builtin_backends.size() == 16);
+    for (std::size_t i = 0; i < builtin_backends.size(); ++i)
+        for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
+            CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
+                         builtin_backends[i]->options == builtin_backends[j]->options));
+}
+
+TEST_CASE("a spec names a backend and its options in any order") {
+    CHECK(*parse_backend_spec("x86_inductor") == &descriptor_of<X86Inductor<>>);
+    CHECK(*parse_backend_spec("xnnpack") == &descriptor_of<XNNPACK<>>);
+    CHECK(*parse_backend_spec("xnnpack:per_tensor,dynamic") == &descriptor_of<XNNPACK<dynamic, per_tensor>>);
+    CHECK(*parse_backend_spec("xnnpack:dynamic,per_tensor") == &descriptor_of<XNNPACK<dynamic, per_tensor>>);
+    CHECK(*parse_backend_spec("x86_inductor:reduce_range,qat,dynamic") ==
+          &descriptor_of<X86Inductor<dynamic, qat, reduce_range>>);
+    // The descriptor carries the policy's real config: options change what happens.
+    CHECK((*parse_backend_spec("x86_inductor:reduce_range"))->config.input_activation->quant_max == 127);
+}
+
+TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
+    CHECK(parse_error("tensorrt") == "unknown backend 'tensorrt' (known: x86_inductor, xnnpack)");
+    CHECK(parse_error("") == "unknown backend '' (known: x86_inductor, xnnpack)");
+    CHECK(parse_error("xnnpack:reduce_range") ==
+          "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor)");
+    CHECK(parse_error("x86_inductor:per_tensor").find("x86_inductor accepts: dynamic qat reduce_range") !=
+          std::string::npos);
+    CHECK(parse_error("xnnpack:dynamic,dynamic") == "option 'dynamic' given twice in 'xnnpack:dynamic,dynamic'");
+    CHECK(parse_error("xnnpack:").find("has ':' but no option") != std::string::npos);
+    CHECK(parse_error("xnnpack:dynamic,").find("empty option") != std::string::npos);
+    CHECK(parse_error("xnnpack:,dynamic").find("empty option") != std::string::npos);
+}

@@ -1,0 +1,78 @@
+// The constexpr math against straightforward run-time references over many values.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+
+#include "versatil/math/qparams.hpp"
+#include "versatil/math/quantize.hpp"
+#include "versatil/math/requantize.hpp"
+
+using namespace versatil::math;
+
+TEST_CASE("quantize matches ATen's quantize_val reference (nearbyint, then clamp)") {
+    std::mt19937 random(7);
+    std::uniform_real_distribution<float> value(-10.0F, 10.0F), scale(1e-3F, 0.5F);
+    std::uniform_int_distribution<int> zero_point(-128, 127);
+    const quant_range range{-128, 127};
+    for (int i = 0; i < 20000; ++i) {
+        const quantization_params params{scale(random), zero_point(random)};
+        const float x = value(random);
+        const float inverse = 1.0F / params.scale;
+        const auto reference = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+            params.zero_point + static_cast<std::int64_t>(std::nearbyint(x * inverse)), range.min, range.max));
+        REQUIRE(quantize(x, params, range) == reference);
+    }
+}
+
+TEST_CASE("a quantize-dequantize round trip is within half a step inside the range") {
+    std::mt19937 random(11);
+    std::uniform_real_distribution<float> low(-50.0F, 0.0F), high(0.0F, 50.0F), unit(0.0F, 1.0F);
+    for (int i = 0; i < 5000; ++i) {
+        const float min = low(random), max = high(random);
+        const quantization_params params = choose_qparams(min, max, {0, 255}, false, true);
+        const float x = min + (max - min) * unit(random);
+        CHECK(std::abs(fake_quantize(x, params, {0, 255}) - x) <= params.scale * 0.5F + 1e-5F);
+    }
+}
+
+TEST_CASE("affine qparams represent zero exactly and cover the observed range") {
+    std::mt19937 random(3);
+    std::uniform_real_distribution<float> low(-100.0F, 1.0F), width(0.0F, 200.0F);
+    for (int i = 0; i < 5000; ++i) {
+        const float min = low(random), max = min + width(random);
+        for (const quant_range range : {quant_range{0, 255}, quant_range{-128, 127}, quant_range{0, 127}}) {
+            const quantization_params p = choose_qparams(min, max, range, false, range.min == 0);
+            REQUIRE(p.zero_point >= range.min);
+            REQUIRE(p.zero_point <= range.max);
+            CHECK(dequantize(quantize(0.0F, p, range), p) == 0.0F);
+            CHECK(std::isfinite(p.scale));
+            CHECK(p.scale >= versatil::default_eps);
+        }
+    }
+}
+
+TEST_CASE("fixed-point requantization matches the real product within one level") {
+    std::mt19937 random(5);
+    std::uniform_real_distribution<double> multiplier(1e-6, 8.0);
+    std::uniform_int_distribution<std::int32_t> accumulator(-(1 << 22), 1 << 22);
+    for (int i = 0; i < 20000; ++i) {
+        const double real = multiplier(random);
+        const std::int32_t x = accumulator(random);
+        const fixed_point_multiplier fixed = quantize_multiplier(real);
+        const double exact = static_cast<double>(x) * real;
+        REQUIRE(std::abs(multiply_by_quantized_multiplier(x, fixed) - exact) <= 1.0);
+    }
+}
+
+TEST_CASE("requantization saturates instead of overflowing") {
+    const fixed_point_multiplier big = quantize_multiplier(1000.0);
+    CHECK(multiply_by_quantized_multiplier(std::numeric_limits<std::int32_t>::max(), big) ==
+          std::numeric_limits<std::int32_t>::max());
+    CHECK(multiply_by_quantized_multiplier(std::numeric_limits<std::int32_t>::min(), big) ==
+          std::numeric_limits<std::int32_t>::min());
+    CHECK(requantize(std::numeric_limits<std::int32_t>::max(), quantize_multiplier(0.5), 0, -128, 127) == 127);
+}

@@ -1,0 +1,142 @@
+// Backend traits and configs. The expected configs are written out from torchao's factories
+// (get_default_x86_inductor_quantization_config, get_symmetric_quantization_config) for every
+// option combination, independently of the headers' code.
+#include <optional>
+#include <string_view>
+
+#include "versatil/backends/x86_inductor.hpp"
+#include "versatil/backends/xnnpack.hpp"
+#include "versatil/core/backend.hpp"
+
+namespace {
+using namespace versatil;
+using enum observer_kind;
+
+// --- The concept: models and non-models, one negative case per member -------------------
+static_assert(Backend<X86Inductor<>> && Backend<X86Inductor<dynamic, qat, reduce_range>>);
+static_assert(Backend<XNNPACK<>> && Backend<XNNPACK<per_tensor, dynamic>>);
+
+struct complete {
+    static constexpr std::string_view name = "complete";
+    static constexpr bool is_dynamic = false;
+    static constexpr bool is_qat = false;
+    static constexpr device_set supported_device_types{device_type::cuda};
+    static constexpr std::array<environment_assignment, 0> environment{};
+    static constexpr quantization_config config{};
+    static constexpr std::string_view options{};
+};
+struct user_backend : complete, backend_policy<user_backend> {};
+static_assert(Backend<user_backend>);
+
+struct no_name : backend_policy<no_name> {
+    static constexpr bool is_dynamic = false, is_qat = false;
+    static constexpr device_set supported_device_types{device_type::cpu};
+};
+struct runtime_name : user_backend {
+    static inline std::string_view name = "not constexpr";  // must be a constant
+};
+struct bool_devices : user_backend {
+    static constexpr bool supported_device_types = true;  // wrong type
+};
+struct no_functions : complete {};
+static_assert(!Backend<no_name> && !detail::backend_declares_name<no_name>);
+static_assert(!Backend<runtime_name> && !detail::backend_declares_name<runtime_name>);
+static_assert(!Backend<bool_devices> && !detail::backend_declares_supported_device_types<bool_devices>);
+static_assert(!Backend<no_functions> && !detail::backend_declares_create_quantizer<no_functions> &&
+              !detail::backend_declares_environment_context<no_functions> &&
+              !detail::backend_declares_activate_environment<no_functions>);
+static_assert(!Backend<int>);
+
+// --- Traits --------------------------------------------------------------------------------
+static_assert(X86Inductor<>::name == "x86_inductor" && XNNPACK<>::name == "xnnpack");
+static_assert(!X86Inductor<>::is_dynamic && !X86Inductor<>::is_qat && !X86Inductor<>::reduce_range);
+static_assert(X86Inductor<dynamic>::is_dynamic && X86Inductor<qat>::is_qat && X86Inductor<reduce_range>::reduce_range);
+static_assert(XNNPACK<>::is_per_channel && !XNNPACK<per_tensor>::is_per_channel);
+static_assert(X86Inductor<>::supported_device_types == device_set{device_type::cpu});
+static_assert(XNNPACK<>::supported_device_types == device_set{device_type::cpu});
+static_assert(X86Inductor<>::environment.size() == 2 &&
+              X86Inductor<>::environment[0] == environment_assignment{"CUDA_VISIBLE_DEVICES", ""} &&
+              X86Inductor<>::environment[1] == environment_assignment{"TORCHINDUCTOR_FREEZING", "1"});
+static_assert(XNNPACK<>::environment.empty());
+
+// Options are order-free: both orders are one configuration, one spelling.
+static_assert(X86Inductor<dynamic, reduce_range>::config == X86Inductor<reduce_range, dynamic>::config);
+static_assert(X86Inductor<dynamic, reduce_range>::options == "dynamic,reduce_range");
+static_assert(X86Inductor<reduce_range, dynamic>::options == "dynamic,reduce_range");
+static_assert(XNNPACK<per_tensor, qat, dynamic>::options == "dynamic,qat,per_tensor");
+static_assert(XNNPACK<>::options.empty());
+
+// create_quantizer is constexpr for a constant path and carries the backend's config.
+constexpr backend_quantizer encoder = XNNPACK<per_tensor>::create_quantizer("encoder");
+static_assert(encoder.module_path == "encoder" && encoder.backend_name() == "xnnpack");
+static_assert(encoder.config() == XNNPACK<per_tensor>::config);
+static_assert(encoder == XNNPACK<per_tensor>::create_quantizer("encoder"));
+static_assert(!(encoder == XNNPACK<>::create_quantizer("encoder")));
+static_assert(!(encoder == XNNPACK<per_tensor>::create_quantizer("decoder")));
+
+// --- torchao's configs, every option combination -------------------------------------------
+constexpr float eps = 1.0F / 4096.0F;
+
+constexpr quantization_spec x86_activation(bool dynamic, bool qat, bool reduce_range) {
+    quantization_spec spec{dtype::uint8, 0, reduce_range ? 127 : 255, qscheme::per_tensor_affine, -1,
+                           qat ? moving_average_min_max : dynamic ? placeholder : histogram, eps, qat, 0.01F, dynamic};
+    if (qat && dynamic) spec.averaging_constant = 1.0F;  // MovingAverageMinMaxObserver.with_args(averaging_constant=1)
+    return spec;
+}
+constexpr quantization_spec x86_weight(bool qat) {
+    return {dtype::int8, -128, 127, qscheme::per_channel_symmetric, 0,
+            qat ? moving_average_per_channel_min_max : per_channel_min_max, eps, qat, 0.01F, false};
+}
+
+template <bool Dynamic, bool Qat, bool ReduceRange, class Policy>
+constexpr bool x86_matches_torchao() {
+    static_assert(Policy::is_dynamic == Dynamic && Policy::is_qat == Qat);
+    const quantization_spec activation = x86_activation(Dynamic, Qat, ReduceRange);
+    const quantization_config expected{activation, activation, x86_weight(Qat), std::nullopt, Qat};
+    return Policy::config == expected && is_valid(Policy::config);
+}
+static_assert(x86_matches_torchao<false, false, false, X86Inductor<>>());
+static_assert(x86_matches_torchao<true, false, false, X86Inductor<dynamic>>());
+static_assert(x86_matches_torchao<false, true, false, X86Inductor<qat>>());
+static_assert(x86_matches_torchao<false, false, true, X86Inductor<reduce_range>>());
+static_assert(x86_matches_torchao<true, true, false, X86Inductor<qat, dynamic>>());
+static_assert(x86_matches_torchao<true, false, true, X86Inductor<reduce_range, dynamic>>());
+static_assert(x86_matches_torchao<false, true, true, X86Inductor<qat, reduce_range>>());
+static_assert(x86_matches_torchao<true, true, true, X86Inductor<dynamic, qat, reduce_range>>());
+
+constexpr quantization_spec xnnpack_activation(bool dynamic, bool qat) {
+    return {dtype::int8, -128, 127, qscheme::per_tensor_affine, -1,
+            qat ? moving_average_min_max : dynamic ? placeholder : histogram, eps, qat,
+            qat && dynamic ? 1.0F : 0.01F, dynamic};
+}
+constexpr quantization_spec xnnpack_weight(bool qat, bool per_channel) {
+    const observer_kind observer = qat ? (per_channel ? moving_average_per_channel_min_max : moving_average_min_max)
+                                       : (per_channel ? per_channel_min_max : min_max);
+    return {dtype::int8, -127, 127, per_channel ? qscheme::per_channel_symmetric : qscheme::per_tensor_symmetric,
+            per_channel ? 0 : -1, observer, eps, qat, 0.01F, false};
+}
+
+template <bool Dynamic, bool Qat, bool PerChannel, class Policy>
+constexpr bool xnnpack_matches_torchao() {
+    static_assert(Policy::is_dynamic == Dynamic && Policy::is_qat == Qat && Policy::is_per_channel == PerChannel);
+    const quantization_spec activation = xnnpack_activation(Dynamic, Qat);
+    // Dynamic: no output activation spec (outputs stay float).
+    const std::optional<quantization_spec> output = Dynamic ? std::nullopt : std::optional{activation};
+    const quantization_config expected{activation, output, xnnpack_weight(Qat, PerChannel), std::nullopt, Qat};
+    return Policy::config == expected && is_valid(Policy::config);
+}
+static_assert(xnnpack_matches_torchao<false, false, true, XNNPACK<>>());
+static_assert(xnnpack_matches_torchao<true, false, true, XNNPACK<dynamic>>());
+static_assert(xnnpack_matches_torchao<false, true, true, XNNPACK<qat>>());
+static_assert(xnnpack_matches_torchao<false, false, false, XNNPACK<per_tensor>>());
+static_assert(xnnpack_matches_torchao<true, true, true, XNNPACK<qat, dynamic>>());
+static_assert(xnnpack_matches_torchao<true, false, false, XNNPACK<per_tensor, dynamic>>());
+static_assert(xnnpack_matches_torchao<false, true, false, XNNPACK<qat, per_tensor>>());
+static_assert(xnnpack_matches_torchao<true, true, false, XNNPACK<dynamic, qat, per_tensor>>());
+
+// Options change what the quantizer does, not just a flag.
+static_assert(X86Inductor<reduce_range>::config.input_activation->quant_max == 127);
+static_assert(XNNPACK<qat>::config.weight->is_fake_quantize && !XNNPACK<>::config.weight->is_fake_quantize);
+static_assert(XNNPACK<dynamic>::config.input_activation->observer == placeholder);
+
+}  // namespace

@@ -1,0 +1,88 @@
+// Quantization math against values worked out by hand and from PyTorch's formulas.
+#include <cstdint>
+
+#include "versatil/core/quantization_spec.hpp"
+#include "versatil/math/qparams.hpp"
+#include "versatil/math/quantize.hpp"
+#include "versatil/math/requantize.hpp"
+#include "versatil/math/rounding.hpp"
+
+namespace {
+using namespace versatil;
+using namespace versatil::math;
+
+// Rounding.
+static_assert(round_half_even(0.5) == 0.0 && round_half_even(1.5) == 2.0 && round_half_even(2.5) == 2.0);
+static_assert(round_half_even(-0.5) == 0.0 && round_half_even(-1.5) == -2.0 && round_half_even(-2.4) == -2.0);
+static_assert(round_half_away(0.5) == 1.0 && round_half_away(-2.5) == -3.0 && round_half_away(2.4) == 2.0);
+static_assert(floor_div(-127, 2) == -64 && floor_div(255, 2) == 127 && floor_div(-128, 2) == -64);
+
+// Ranges.
+static_assert(effective_range(0, 255, true) == quant_range{0, 127});
+static_assert(effective_range(-128, 127, true) == quant_range{-64, 63});
+static_assert(effective_range(-127, 127, false) == quant_range{-127, 127});
+
+constexpr quant_range u8{0, 255}, s8{-128, 127}, s8_symmetric{-127, 127};
+
+// Affine uint8 over [-1, 3]: scale 4/255, zero point 0 - round(-1 / scale) = round(63.75) = 64.
+constexpr quantization_params affine = choose_qparams(-1.0F, 3.0F, u8, false, true);
+static_assert(affine.scale == 4.0F / 255.0F && affine.zero_point == 64);
+// The range always includes zero: [2, 6] is taken as [0, 6].
+static_assert(choose_qparams(2.0F, 6.0F, u8, false, true) == quantization_params{6.0F / 255.0F, 0});
+static_assert(choose_qparams(-6.0F, -2.0F, u8, false, true) == quantization_params{6.0F / 255.0F, 255});
+// int8 affine over [-1, 1]: scale 2/255; in float32, as PyTorch computes it, -1 / scale is
+// -127.49999 (not -127.5), so the zero point is -128 - round(-127.49999) = -1.
+static_assert(choose_qparams(-1.0F, 1.0F, s8, false, false) == quantization_params{2.0F / 255.0F, -1});
+// Symmetric int8 -127..127: scale max|x| / 127, zero point 0.
+static_assert(choose_qparams(-0.5F, 2.54F, s8_symmetric, true, false) == quantization_params{2.54F / 127.0F, 0});
+// Symmetric uint8 centres the zero point at (qmin + qmax) // 2.
+static_assert(choose_qparams(-1.0F, 1.0F, u8, true, true) == quantization_params{1.0F / 127.5F, 127});
+
+// Edges: min == max == 0, a constant, nothing observed, NaN, a range past float's limit.
+constexpr float eps = default_eps;
+static_assert(choose_qparams(0.0F, 0.0F, u8, false, true) == quantization_params{eps, 0});
+static_assert(choose_qparams(0.0F, 0.0F, s8, false, false) == quantization_params{eps, -128});
+static_assert(choose_qparams(0.0F, 0.0F, s8_symmetric, true, false) == quantization_params{eps, 0});
+static_assert(choose_qparams(1e-30F, 1e-30F, u8, false, true).scale == eps);  // denormal-small ranges clamp to eps
+static_assert(choose_qparams(3.0F, 3.0F, u8, false, true) == quantization_params{3.0F / 255.0F, 0});
+static_assert(choose_qparams(1.0F, -1.0F, u8, false, true) == quantization_params{1.0F, 0});  // min > max
+static_assert(choose_qparams(__builtin_nanf(""), 1.0F, u8, false, true) == quantization_params{1.0F, 0});
+constexpr quantization_params huge = choose_qparams(-3.0e38F, 3.0e38F, u8, false, true);
+static_assert(huge.scale > 0.0F && huge.scale <= 3.4028235e38F && huge.zero_point >= 0 && huge.zero_point <= 255);
+
+// Through a spec, honouring reduce_range.
+constexpr quantization_spec x86_activation{};  // uint8 0..255 affine
+static_assert(choose_qparams(0.0F, 1.0F, x86_activation, true) == quantization_params{1.0F / 127.0F, 0});
+static_assert(choose_qparams(0.0F, 1.0F, x86_activation) == quantization_params{1.0F / 255.0F, 0});
+
+// quantize / dequantize.
+constexpr quantization_params p{0.1F, 10};
+static_assert(quantize(0.0F, p, u8) == 10 && quantize(1.0F, p, u8) == 20 && quantize(-1.0F, p, u8) == 0);
+static_assert(quantize(0.25F, p, u8) == 12);  // 2.5 rounds to even
+static_assert(quantize(1e30F, p, u8) == 255 && quantize(-1e30F, p, u8) == 0);
+static_assert(quantize(__builtin_inff(), p, u8) == 255 && quantize(__builtin_nanf(""), p, u8) == 10);
+static_assert(dequantize(20, p) == 1.0F && dequantize(10, p) == 0.0F);
+static_assert(fake_quantize(0.123F, quantization_params{0.05F, 0}, s8) == 0.1F);
+
+// Requantization multipliers (TFLite's QuantizeMultiplier).
+static_assert(quantize_multiplier(0.5) == fixed_point_multiplier{1 << 30, 0});
+static_assert(quantize_multiplier(0.25) == fixed_point_multiplier{1 << 30, -1});
+static_assert(quantize_multiplier(1.0) == fixed_point_multiplier{1 << 30, 1});
+static_assert(quantize_multiplier(0.0) == fixed_point_multiplier{0, 0});
+static_assert(quantize_multiplier(1e-12) == fixed_point_multiplier{0, 0});  // below 2^-31 flushes to zero
+static_assert(quantize_multiplier(0.75) == fixed_point_multiplier{1610612736, 0});
+// A multiplier whose mantissa rounds up to 1.0 renormalises.
+static_assert(quantize_multiplier(0.99999999999) == fixed_point_multiplier{1 << 30, 1});
+static_assert(split_power_of_two(12.0).mantissa == 0.75 && split_power_of_two(12.0).exponent == 4);
+
+static_assert(saturating_rounding_doubling_high_mul(INT32_MIN, INT32_MIN) == INT32_MAX);
+static_assert(saturating_rounding_doubling_high_mul(1 << 30, 1 << 30) == 1 << 29);
+static_assert(rounding_divide_by_power_of_two(5, 1) == 3 && rounding_divide_by_power_of_two(-5, 1) == -3);
+static_assert(rounding_divide_by_power_of_two(4, 1) == 2 && rounding_divide_by_power_of_two(7, 2) == 2);
+static_assert(multiply_by_quantized_multiplier(1000, quantize_multiplier(0.5)) == 500);
+static_assert(multiply_by_quantized_multiplier(1000, quantize_multiplier(0.001)) == 1);
+static_assert(multiply_by_quantized_multiplier(-1000, quantize_multiplier(0.25)) == -250);
+static_assert(multiply_by_quantized_multiplier(1 << 30, quantize_multiplier(4.0)) == INT32_MAX);  // saturates
+static_assert(requantize(1000, quantize_multiplier(0.1), 5, -128, 127) == 105);
+static_assert(requantize(100000, quantize_multiplier(0.1), 5, -128, 127) == 127);
+}  // namespace
