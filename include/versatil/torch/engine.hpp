@@ -1,0 +1,101 @@
+// The process-wide LibTorch state that quantized lowering and inference depend on: the
+// quantized engine (weights are packed for it), denormal flushing and the intra-op thread
+// count. `engine_scope` sets them and restores the exact previous values when it ends, as
+// the core's scoped_environment does for environment variables.
+#pragma once
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <c10/core/QEngine.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#include "versatil/core/backend_descriptor.hpp"
+#include "versatil/torch/error.hpp"
+
+namespace versatil::libtorch {
+
+// The engine each backend lowers to on this LibTorch: x86_inductor to oneDNN (uint8
+// activations), xnnpack to QNNPACK, whose int8-activation path runs XNNPACK kernels.
+inline at::QEngine engine_for(std::string_view backend_name) {
+    if (backend_name == "x86_inductor") return at::QEngine::ONEDNN;
+    if (backend_name == "xnnpack") return at::QEngine::QNNPACK;
+    throw error(error_kind::unsupported_composition,
+                "backend '" + std::string(backend_name) + "' has no lowering in the LibTorch layer");
+}
+
+inline std::string engine_name(at::QEngine engine) {
+    switch (engine) {
+        case at::QEngine::ONEDNN: return "onednn";
+        case at::QEngine::QNNPACK: return "qnnpack";
+        case at::QEngine::FBGEMM: return "fbgemm";
+        case at::QEngine::X86: return "x86";
+        case at::QEngine::NoQEngine: return "none";
+    }
+    return "unknown";
+}
+
+inline at::QEngine parse_engine_name(std::string_view name) {
+    for (at::QEngine engine : {at::QEngine::ONEDNN, at::QEngine::QNNPACK, at::QEngine::FBGEMM, at::QEngine::X86})
+        if (engine_name(engine) == name) return engine;
+    throw error(error_kind::invalid_argument, "unknown quantized engine '" + std::string(name) + "'");
+}
+
+// Whether denormals are flushed (FTZ and DAZ) on this thread. LibTorch can set the mode but
+// not report it, so it is read from the MXCSR register where there is one.
+inline std::optional<bool> flush_denormal_state() {
+#if defined(__x86_64__) || defined(__i386__)
+    constexpr unsigned flush_to_zero = 0x8000, denormals_are_zero = 0x0040;
+    return (_mm_getcsr() & (flush_to_zero | denormals_are_zero)) != 0;
+#else
+    return std::nullopt;
+#endif
+}
+
+struct engine_settings {
+    at::QEngine engine = at::QEngine::ONEDNN;
+    std::optional<int> threads;          // intra-op threads; unchanged when empty
+    std::optional<bool> flush_denormal;  // unchanged when empty
+};
+
+class [[nodiscard("an unnamed scope restores the engine at once")]] engine_scope {
+public:
+    explicit engine_scope(const engine_settings& settings)
+        : previous_engine_(at::globalContext().qEngine()),
+          previous_threads_(at::get_num_threads()),
+          previous_flush_(flush_denormal_state()) {
+        const auto& supported = at::globalContext().supportedQEngines();
+        if (std::find(supported.begin(), supported.end(), settings.engine) == supported.end())
+            throw error(error_kind::unsupported_composition,
+                        "quantized engine '" + engine_name(settings.engine) + "' is not built into this LibTorch");
+        at::globalContext().setQEngine(settings.engine);
+        if (settings.threads) at::set_num_threads(*settings.threads);
+        if (settings.flush_denormal) at::globalContext().setFlushDenormal(*settings.flush_denormal);
+    }
+
+    explicit engine_scope(at::QEngine engine) : engine_scope(engine_settings{engine, std::nullopt, std::nullopt}) {}
+
+    engine_scope(const engine_scope&) = delete;
+    engine_scope& operator=(const engine_scope&) = delete;
+
+    ~engine_scope() {
+        at::globalContext().setQEngine(previous_engine_);
+        if (at::get_num_threads() != previous_threads_) at::set_num_threads(previous_threads_);
+        if (previous_flush_ && flush_denormal_state() != previous_flush_)
+            at::globalContext().setFlushDenormal(*previous_flush_);
+    }
+
+private:
+    at::QEngine previous_engine_;
+    int previous_threads_;
+    std::optional<bool> previous_flush_;
+};
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,145 @@
+// prepare: a clone of the model with observers where its targets' backend configs say.
+// Conv + batch-norm pairs are folded first (the fold LibTorch's graph passes recognise), then
+// LibTorch's InsertObservers places one observer per quantized value, configured per module
+// path from the composed quantizer: each target's subtree gets its backend's QConfig, an
+// Exclude's subtree none, everything outside every target none.
+#pragma once
+
+#include <torch/csrc/jit/passes/fold_conv_bn.h>
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/script.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "versatil/core/runtime_quantizer.hpp"
+#include "versatil/core/quantizer.hpp"
+#include "versatil/torch/engine.hpp"
+#include "versatil/torch/error.hpp"
+#include "versatil/torch/module_tree.hpp"
+#include "versatil/torch/observers.hpp"
+
+namespace versatil::libtorch {
+
+// A change prepare made so that the engine can run a layer, reported to the user.
+struct adjustment {
+    std::string module_path;
+    std::string change;
+};
+
+struct prepared_model {
+    ::torch::jit::Module module;  // the clone, with observers
+    runtime_quantizer quantizer;
+    ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
+    at::QEngine engine = at::QEngine::ONEDNN;
+    std::vector<adjustment> adjustments;
+    double seconds = 0.0;
+};
+
+// The composed quantizer of a compile-time Quantizer<...>, for the functions below.
+template <class... Targets>
+runtime_quantizer to_runtime(Quantizer<Targets...>) {
+    std::vector<runtime_target> targets;
+    for (const target_info& target : Quantizer<Targets...>::targets)
+        targets.push_back({std::string(target.path), target.backend});
+    return *runtime_quantizer::compose(std::move(targets));  // valid: it compiled
+}
+
+// One model runs on one quantized engine: every quantizing target must lower to the same one.
+inline at::QEngine engine_of(const runtime_quantizer& quantizer) {
+    const std::vector<backend_quantizer> quantizers = quantizer.quantizers();
+    const at::QEngine engine = engine_for(quantizers.front().backend_name());
+    for (const backend_quantizer& q : quantizers)
+        if (engine_for(q.backend_name()) != engine)
+            throw error(error_kind::unsupported_composition,
+                        "targets '" + std::string(quantizers.front().module_path) + "' (" +
+                            std::string(quantizers.front().backend_name()) + ") and '" + std::string(q.module_path) +
+                            "' (" + std::string(q.backend_name()) + ") lower to different quantized engines (" +
+                            engine_name(engine) + ", " + engine_name(engine_for(q.backend_name())) +
+                            "); LibTorch runs one engine per process, so quantize the model with one backend");
+    return engine;
+}
+
+namespace detail {
+
+inline bool calls_linear(const ::torch::jit::Module& module) {
+    const auto forward = module.find_method("forward");
+    if (!forward) return false;
+    for (const ::torch::jit::Node* node : forward->graph()->nodes())
+        if (node->kind() == c10::Symbol::fromQualString("aten::linear")) return true;
+    return false;
+}
+
+// XNNPACK's int8 linear kernel in this LibTorch takes per-tensor weights only
+// ("quantized::linear (xnnpack): Unsupported config for dtype KQInt8"); a linear layer gets
+// per-tensor symmetric weights instead, and the report says so.
+inline bool needs_per_tensor_linear(const backend_quantizer& quantizer) {
+    const quantization_config& config = quantizer.config();
+    return quantizer.backend_name() == "xnnpack" && !quantizer.is_dynamic() && config.weight &&
+           is_per_channel(config.weight->qscheme);
+}
+
+inline quantization_spec per_tensor_weights(quantization_spec weight) {
+    weight.qscheme = qscheme::per_tensor_symmetric;
+    weight.ch_axis = no_channel_axis;
+    weight.observer = is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
+    return weight;
+}
+
+inline ::torch::jit::QConfig qconfig_for(const quantization_config& config, const quantization_spec& weight) {
+    return {make_observer(*config.input_activation), make_observer(weight)};
+}
+
+}  // namespace detail
+
+// Builds the per-path QConfig map for `quantizer` on `model`; records adjustments.
+inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                              std::vector<adjustment>& adjustments) {
+    ::torch::jit::QConfigDict dict;
+    dict[""] = c10::nullopt;  // outside every target: float
+    for (const target_info& target : quantizer.target_infos()) {
+        if (target.is_exclude()) {
+            dict[std::string(target.path)] = c10::nullopt;
+            continue;
+        }
+        const quantization_config& config = target.backend->config;
+        dict[std::string(target.path)] = detail::qconfig_for(config, *config.weight);
+    }
+    for (const auto& item : model.named_modules()) {
+        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
+        if (!applies || !detail::needs_per_tensor_linear(*applies) || !detail::calls_linear(item.value)) continue;
+        const quantization_config& config = applies->config();
+        dict[item.name] = detail::qconfig_for(config, detail::per_tensor_weights(*config.weight));
+        adjustments.push_back({item.name, "per-tensor symmetric weights: XNNPACK's int8 linear kernel in this "
+                                          "LibTorch has no per-channel variant"});
+    }
+    return dict;
+}
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+    const auto start = std::chrono::steady_clock::now();
+    if (!model.find_method("forward"))
+        throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
+    check_model_fits(model, quantizer);
+    const at::QEngine engine = engine_of(quantizer);
+
+    ::torch::jit::Module clone = model.clone();
+    clone.eval();  // folding and freezing need eval mode
+    ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+
+    prepared_model prepared{folded, quantizer, ::torch::jit::QuantType::STATIC, engine, {}, 0.0};
+    prepared.engine = engine;
+    prepared.quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
+    const ::torch::jit::QConfigDict dict = qconfig_dict(folded, quantizer, prepared.adjustments);
+    prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, prepared.quant_type);
+    prepared.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return prepared;
+}
+
+template <class... Targets>
+prepared_model prepare(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer) {
+    return prepare(model, to_runtime(quantizer));
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,149 @@
+// The whole flow, prepare -> calibrate -> convert -> lower, and the report that measures the
+// result against the float model.
+#pragma once
+
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "versatil/torch/calibrate.hpp"
+#include "versatil/torch/convert.hpp"
+#include "versatil/torch/lower.hpp"
+#include "versatil/torch/measure.hpp"
+#include "versatil/torch/prepare.hpp"
+#include "versatil/torch/report.hpp"
+
+namespace versatil::libtorch {
+
+struct quantize_data {
+    std::vector<at::Tensor> calibration;      // batches; static targets need at least one
+    std::vector<at::Tensor> evaluation;       // held-out batches; calibration data when empty
+    std::optional<at::Tensor> evaluation_labels;  // int64 class labels for every evaluation sample
+};
+
+struct quantize_options {
+    std::int64_t batch_size = 1;  // for latency
+    int threads = 1;              // for latency and lowering
+    bool per_layer = true;        // per-layer SQNR (one extra quantization per layer)
+    bool progress = true;
+};
+
+struct quantization_result {
+    lowered_model model;
+    quantization_report report;
+};
+
+// prepare, calibrate, convert and lower, with nothing measured.
+inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const std::vector<at::Tensor>& calibration, const quantize_options& options = {}) {
+    prepared_model prepared = prepare(model, quantizer);
+    calibrate(prepared, calibration, {options.progress});
+    lowering_options lowering;
+    if (!calibration.empty()) lowering.sample = calibration.front();
+    lowering.threads = options.threads;
+    return lower(convert(prepared), lowering);
+}
+
+namespace detail {
+
+inline bool calls_quantizable_op(const ::torch::jit::Module& module) {
+    const auto forward = module.find_method("forward");
+    if (!forward) return false;
+    for (const ::torch::jit::Node* node : forward->graph()->nodes())
+        if (is_quantizable_op(node->kind().toQualString())) return true;
+    return false;
+}
+
+// `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
+inline at::Tensor timing_batch(const std::vector<at::Tensor>& batches, std::int64_t batch_size) {
+    at::Tensor all = at::cat(batches);
+    while (all.size(0) < batch_size) all = at::cat({all, all});
+    return all.slice(0, 0, batch_size).contiguous();
+}
+
+inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                              const quantize_data& data, const at::Tensor& reference,
+                                              const std::vector<at::Tensor>& evaluation, int threads) {
+    std::vector<layer_sqnr> layers;
+    const std::size_t calibration_batches = std::min<std::size_t>(data.calibration.size(), 8);
+    const std::vector<at::Tensor> calibration(data.calibration.begin(),
+                                              data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
+    for (const auto& item : model.named_modules()) {
+        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
+        if (!applies || item.name.empty() || !calls_quantizable_op(item.value)) continue;
+        auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
+        const lowered_model lowered = quantize_model(model, *alone, calibration, {1, threads, false, false});
+        const engine_scope engine(engine_settings{lowered.engine, threads, std::nullopt});
+        layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).sqnr_db});
+    }
+    std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    return layers;
+}
+
+}  // namespace detail
+
+inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    const auto start = std::chrono::steady_clock::now();
+    lowered_model lowered = quantize_model(model, quantizer, data.calibration, options);
+    quantization_report report;
+    report.quantize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    for (const target_info& target : quantizer.target_infos())
+        report.targets.push_back({std::string(target.path), target.is_exclude() ? "none" : std::string(target.backend->name),
+                                  target.is_exclude() ? "" : std::string(target.backend->options)});
+    report.engine = engine_name(lowered.engine);
+    report.adjustments = lowered.adjustments;
+    report.quantizable_ops = count_nodes(model, is_quantizable_op);
+    report.quantized_ops = count_nodes(lowered.module, is_quantized_op);
+    report.float_bytes = serialized_bytes(model);
+    report.quantized_bytes = serialized_bytes(lowered.module);
+    report.compression_ratio = static_cast<double>(report.float_bytes) / static_cast<double>(report.quantized_bytes);
+
+    report.held_out = !data.evaluation.empty();
+    const std::vector<at::Tensor>& evaluation = report.held_out ? data.evaluation : data.calibration;
+    if (evaluation.empty())
+        throw error(error_kind::no_calibration_data,
+                    "nothing to measure the quantized model on: give evaluation batches (the data file's 'test') or "
+                    "calibration batches");
+    for (std::size_t i = 0; i < evaluation.size(); ++i) check_batch(evaluation[i], i, "evaluation batch");
+
+    // Measured on an eval-mode clone: a model left in train mode would update its batch-norm
+    // statistics, and the caller's model is never modified.
+    ::torch::jit::Module float_model = model.clone();
+    float_model.eval();
+    const engine_scope engine(engine_settings{lowered.engine, options.threads, std::nullopt});
+    const at::Tensor reference = run_batches(float_model, evaluation);
+    const at::Tensor quantized = run_batches(lowered.module, evaluation);
+    report.evaluation_samples = reference.size(0);
+    const output_comparison comparison = compare_outputs(reference, quantized);
+    report.max_abs_diff = comparison.max_abs_diff;
+    report.mean_abs_diff = comparison.mean_abs_diff;
+    report.sqnr_db = comparison.sqnr_db;
+    if (data.evaluation_labels && report.held_out) {
+        report.float_accuracy = top1_accuracy(reference, *data.evaluation_labels);
+        report.quantized_accuracy = top1_accuracy(quantized, *data.evaluation_labels);
+    }
+
+    report.batch_size = options.batch_size;
+    report.threads = options.threads;
+    const at::Tensor timing = detail::timing_batch(evaluation, options.batch_size);
+    report.float_ms = median_latency_ms(float_model, timing);
+    report.quantized_ms = median_latency_ms(lowered.module, timing);
+    report.speedup = report.float_ms / report.quantized_ms;
+
+    if (options.per_layer)
+        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
+    return {std::move(lowered), std::move(report)};
+}
+
+template <class... Targets>
+quantization_result quantize(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer,
+                             const quantize_data& data, const quantize_options& options = {}) {
+    return quantize(model, to_runtime(quantizer), data, options);
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,142 @@
+// Saving and loading quantized models. A saved model is plain TorchScript: torch::jit::load
+// and Python's torch.jit.load run it with no versatil code (under the engine its metadata
+// names). Metadata (versatil version, engine, targets with their configs, adjustments) rides
+// in the archive's extra files as `versatil.json`. Output is written to a temporary file
+// beside the destination and renamed over it: whole or not at all.
+#pragma once
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/script.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include "versatil/torch/config_json.hpp"
+#include "versatil/torch/engine.hpp"
+#include "versatil/torch/error.hpp"
+#include "versatil/torch/lower.hpp"
+#include "versatil/version.hpp"
+
+namespace versatil::libtorch {
+
+inline constexpr const char* metadata_file = "versatil.json";
+
+inline nlohmann::json metadata_of(const lowered_model& model) {
+    nlohmann::json targets = nlohmann::json::array();
+    for (const target_info& target : model.quantizer.target_infos()) targets.push_back(to_json(target));
+    nlohmann::json adjustments = nlohmann::json::array();
+    for (const adjustment& a : model.adjustments) adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
+    nlohmann::json backends = nlohmann::json::array();
+    for (std::string_view name : model.quantizer.backend_names()) backends.push_back(name);
+    return {{"versatil_version", versatil::version}, {"engine", engine_name(model.engine)},
+            {"backends", backends},                  {"targets", targets},
+            {"adjustments", adjustments}};
+}
+
+namespace detail {
+inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+    std::error_code ignored;
+    if (std::filesystem::exists(a, ignored) && std::filesystem::exists(b, ignored))
+        return std::filesystem::equivalent(a, b, ignored);
+    return std::filesystem::weakly_canonical(a, ignored) == std::filesystem::weakly_canonical(b, ignored);
+}
+
+inline std::filesystem::path temporary_beside(const std::filesystem::path& output) {
+    static std::atomic<unsigned> counter{0};
+    const std::string name = "." + output.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(counter++);
+    return output.parent_path() / name;
+}
+}  // namespace detail
+
+// Writes `module` to `output` whole or not at all; never over `input_model` when given.
+inline void save_module(const ::torch::jit::Module& module, const std::filesystem::path& output,
+                        const ::torch::jit::ExtraFilesMap& extra_files,
+                        const std::optional<std::filesystem::path>& input_model = std::nullopt) {
+    if (input_model && detail::same_file(output, *input_model))
+        throw error(error_kind::io_error, "the output path '" + output.string() +
+                                              "' is the input model; write the quantized model to another file");
+    const std::filesystem::path directory = output.parent_path().empty() ? "." : output.parent_path();
+    std::error_code status;
+    if (!std::filesystem::is_directory(directory, status))
+        throw error(error_kind::io_error, "cannot write '" + output.string() + "': directory '" + directory.string() +
+                                              "' does not exist");
+    if (std::filesystem::is_directory(output, status))
+        throw error(error_kind::io_error, "cannot write '" + output.string() + "': it is a directory");
+    const std::filesystem::path temporary = detail::temporary_beside(output);
+    try {
+        module.save(temporary.string(), extra_files);
+    } catch (const std::exception& failure) {
+        std::filesystem::remove(temporary, status);
+        throw error(error_kind::io_error, "cannot write '" + output.string() + "': " +
+                                              std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
+    }
+    std::filesystem::rename(temporary, output, status);
+    if (status) {
+        std::error_code ignored;
+        std::filesystem::remove(temporary, ignored);
+        throw error(error_kind::io_error, "cannot write '" + output.string() + "': " + status.message());
+    }
+}
+
+inline void save(const lowered_model& model, const std::filesystem::path& output,
+                 const std::optional<std::filesystem::path>& input_model = std::nullopt) {
+    save_module(model.module, output, {{metadata_file, metadata_of(model).dump(2)}}, input_model);
+}
+
+// A TorchScript file's versatil metadata, read without loading the model.
+inline nlohmann::json read_metadata(const std::filesystem::path& path) {
+    if (!std::filesystem::is_regular_file(path))
+        throw error(error_kind::invalid_model_file, "model file '" + path.string() + "' does not exist");
+    try {
+        caffe2::serialize::PyTorchStreamReader reader(path.string());
+        const std::string record = std::string("extra/") + metadata_file;
+        if (!reader.hasRecord(record))
+            throw error(error_kind::invalid_model_file,
+                        "'" + path.string() + "' holds no versatil metadata: it was not saved by versatil");
+        auto [data, size] = reader.getRecord(record);
+        return nlohmann::json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+    } catch (const error&) {
+        throw;
+    } catch (const std::exception& failure) {
+        throw error(error_kind::invalid_model_file, "'" + path.string() + "' is not a readable TorchScript archive: " +
+                                                        std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
+    }
+}
+
+// A float TorchScript model, with a clear error for a missing, truncated or corrupt file.
+inline ::torch::jit::Module load_model(const std::filesystem::path& path) {
+    if (!std::filesystem::is_regular_file(path))
+        throw error(error_kind::invalid_model_file, "model file '" + path.string() + "' does not exist");
+    try {
+        ::torch::jit::Module model = ::torch::jit::load(path.string());
+        model.eval();
+        return model;
+    } catch (const std::exception& failure) {
+        throw error(error_kind::invalid_model_file,
+                    "'" + path.string() + "' is not a valid TorchScript model (truncated or corrupt?): " +
+                        std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
+    }
+}
+
+struct loaded_model {
+    ::torch::jit::Module module;  // run it with engine_scope(engine) active
+    nlohmann::json metadata;
+    at::QEngine engine;
+};
+
+// A model saved by `save`: its weights are packed for the engine its metadata names.
+inline loaded_model load_quantized(const std::filesystem::path& path) {
+    nlohmann::json metadata = read_metadata(path);
+    const at::QEngine engine = parse_engine_name(metadata.at("engine").get<std::string>());
+    const engine_scope scope(engine);
+    return {load_model(path), std::move(metadata), engine};
+}
+
+}  // namespace versatil::libtorch

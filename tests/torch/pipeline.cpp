@@ -1,0 +1,255 @@
+// The LibTorch flow on models built in C++: prepare, calibrate, convert, lower, for both
+// backends, static and dynamic; excludes; the caller's model untouched; the process state
+// restored; clear errors for bad input.
+#include "doctest_with_torch.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <fstream>
+
+#include "torch_test_helpers.hpp"
+#include "versatil/torch.hpp"
+#include "versatil/torch/models.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+using versatil::testing::count_kind;
+using versatil::testing::smooth_batches;
+
+namespace {
+
+runtime_quantizer compose(std::vector<runtime_target> targets) {
+    auto composed = runtime_quantizer::compose(std::move(targets));
+    REQUIRE_MESSAGE(composed.has_value(), (composed ? "" : composed.error().message));
+    return *composed;
+}
+
+const backend_descriptor* backend(std::string_view spec) { return *parse_backend_spec(spec); }
+
+quantize_data synthetic_data() {
+    return {smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
+}
+
+// Whole-model int8 on a small CNN keeps about 30-40 dB of output SQNR (the spike and the
+// benchmarks measure 34-40 dB); 25 dB leaves room for seeds and still fails on any real
+// mistake (wrong qparams, a channel axis mixed up, unfolded batch norm: those give < 20 dB).
+constexpr double static_sqnr_floor_db = 25.0;
+// Dynamic quantization keeps float activations between layers: at least as good.
+constexpr double dynamic_sqnr_floor_db = 28.0;
+
+std::string fingerprint(const ::torch::jit::Module& model) {
+    std::string text = model.get_method("forward").graph()->toString();
+    for (const at::Tensor& parameter : model.parameters()) text += std::to_string(parameter.sum().item<double>()) + ";";
+    for (const at::Tensor& buffer : model.buffers()) text += std::to_string(buffer.sum().item<double>()) + ";";
+    return text;
+}
+
+}  // namespace
+
+TEST_CASE("both backends quantize a CNN + MLP, static and dynamic, with real quantized kernels") {
+    const ::torch::jit::Module model = small_cnn_mlp(0);
+    const quantize_data data = synthetic_data();
+    struct expectation {
+        const char* spec;
+        const char* engine;
+        int quantized_convs;
+        double floor;
+    };
+    for (const expectation& e : {expectation{"x86_inductor", "onednn", 2, static_sqnr_floor_db},
+                                 expectation{"xnnpack", "qnnpack", 2, static_sqnr_floor_db},
+                                 expectation{"xnnpack:per_tensor", "qnnpack", 2, static_sqnr_floor_db},
+                                 expectation{"x86_inductor:reduce_range", "onednn", 2, static_sqnr_floor_db - 6.0},
+                                 expectation{"x86_inductor:dynamic", "onednn", 0, dynamic_sqnr_floor_db},
+                                 expectation{"xnnpack:dynamic", "qnnpack", 0, dynamic_sqnr_floor_db}}) {
+        const std::string spec = e.spec;
+        CAPTURE(spec);
+        const quantization_result result = quantize(model, compose({{"", backend(e.spec)}}), data, {1, 1, false, false});
+        CHECK(result.report.engine == e.engine);
+        CHECK(result.report.sqnr_db > e.floor);
+        CHECK(result.report.quantizable_ops == 4);
+        const ::torch::jit::Module& lowered = result.model.module;
+        CHECK(count_kind(lowered, "quantized::conv2d_relu") == e.quantized_convs);  // conv + relu fused
+        if (e.quantized_convs == 0) {
+            CHECK(count_kind(lowered, "quantized::linear_dynamic") == 2);
+            CHECK(result.report.quantized_ops == 2);
+        } else {
+            CHECK(count_kind(lowered, "quantized::linear_relu") + count_kind(lowered, "quantized::linear") == 2);
+            CHECK(result.report.quantized_ops == 4);
+            CHECK(count_kind(lowered, "aten::conv2d") == 0);
+        }
+        CHECK(result.report.compression_ratio > 3.0);
+    }
+}
+
+TEST_CASE("options change what is built: reduce_range halves the activation range") {
+    const ::torch::jit::Module model = small_cnn_mlp(3);
+    const quantize_data data = synthetic_data();
+    prepared_model full = prepare(model, compose({{"", backend("x86_inductor")}}));
+    prepared_model reduced = prepare(model, compose({{"", backend("x86_inductor:reduce_range")}}));
+    calibrate(full, data.calibration);
+    calibrate(reduced, data.calibration);
+    const lowered_model a = lower(convert(full)), b = lower(convert(reduced));
+    const auto input_scale = [](const ::torch::jit::Module& m) {
+        for (const ::torch::jit::Node* node : m.get_method("forward").graph()->nodes())
+            if (std::string(node->kind().toQualString()) == "aten::quantize_per_tensor")
+                return ::torch::jit::toIValue(node->input(1))->toDouble();  // the scale
+        return 0.0;
+    };
+    // Half the levels for about the same range: about twice the scale (the histogram search may
+    // settle on a slightly different range for 128 levels than for 256).
+    CHECK(input_scale(b.module) > 1.5 * input_scale(a.module));
+}
+
+TEST_CASE("an excluded module stays float and everything else is quantized") {
+    const ::torch::jit::Module model = small_cnn_mlp(1);
+    const quantization_result result = quantize(
+        model, compose({{"", backend("x86_inductor")}, {"classifier.fc2", nullptr}}), synthetic_data(), {1, 1, false, false});
+    const ::torch::jit::Module& lowered = result.model.module;
+    CHECK(count_kind(lowered, "aten::linear") == 1);  // fc2, in float
+    CHECK(count_kind(lowered, "quantized::linear_relu") + count_kind(lowered, "quantized::linear") == 1);
+    CHECK(count_kind(lowered, "quantized::conv2d_relu") == 2);
+    CHECK(result.report.quantized_ops == 3);
+    CHECK(result.report.sqnr_db > static_sqnr_floor_db);
+}
+
+TEST_CASE("targets aimed at submodules quantize only those") {
+    const ::torch::jit::Module model = small_cnn_mlp(2);
+    const quantization_result result =
+        quantize(model, compose({{"features", backend("xnnpack")}}), synthetic_data(), {1, 1, true, false});
+    CHECK(count_kind(result.model.module, "quantized::conv2d_relu") == 2);
+    CHECK(count_kind(result.model.module, "aten::linear") == 2);
+    // Per-layer SQNR covers exactly the layers the target quantizes, worst first.
+    REQUIRE(result.report.per_layer.size() == 2);
+    CHECK(result.report.per_layer[0].name.starts_with("features."));
+    CHECK(result.report.per_layer[0].sqnr_db <= result.report.per_layer[1].sqnr_db);
+}
+
+TEST_CASE("xnnpack linear layers get per-tensor weights, and the report says so") {
+    const quantization_result result =
+        quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack")}}), synthetic_data(), {1, 1, false, false});
+    REQUIRE(result.report.adjustments.size() == 2);
+    CHECK(result.report.adjustments[0].module_path == "classifier.fc1");
+    CHECK(result.report.adjustments[1].module_path == "classifier.fc2");
+    // per_tensor asks for it everywhere: nothing to adjust
+    CHECK(quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack:per_tensor")}}), synthetic_data(), {1, 1, false, false})
+              .report.adjustments.empty());
+}
+
+TEST_CASE("the caller's model is never modified") {
+    ::torch::jit::Module model = small_cnn_mlp(5);
+    model.train();  // even in train mode, where a forward would move batch-norm statistics
+    const std::string before = fingerprint(model);
+    (void)quantize(model, compose({{"", backend("x86_inductor")}}), synthetic_data(), {1, 1, true, false});
+    CHECK(fingerprint(model) == before);
+    CHECK(model.is_training());
+}
+
+TEST_CASE("lowering restores the engine, threads and backend environment, also when it throws") {
+    const versatil::testing::variable_fixture freezing("TORCHINDUCTOR_FREEZING", std::nullopt);
+    const versatil::testing::variable_fixture cuda("CUDA_VISIBLE_DEVICES", "0");
+    at::globalContext().setQEngine(at::QEngine::QNNPACK);
+    at::set_num_threads(1);
+    const auto check_restored = [] {
+        CHECK(engine_name(at::globalContext().qEngine()) == "qnnpack");
+        CHECK(at::get_num_threads() == 1);
+        CHECK_FALSE(versatil::testing::read_variable("TORCHINDUCTOR_FREEZING").has_value());
+        CHECK(versatil::testing::read_variable("CUDA_VISIBLE_DEVICES") == "0");
+    };
+    prepared_model prepared = prepare(small_cnn_mlp(6), compose({{"", backend("x86_inductor")}}));
+    calibrate(prepared, smooth_batches(2, 8, 3));
+    const converted_model converted = convert(prepared);
+    (void)lower(converted, {smooth_batches(1, 4, 4)[0], 2});
+    check_restored();
+
+    const at::Tensor wrong_shape = at::randn({4, 3, 28, 28});  // 3 channels: the model takes 1
+    try {
+        (void)lower(converted, {wrong_shape, 2});
+        FAIL("lowering with a sample the model cannot take must throw");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::lowering_failed);
+    }
+    check_restored();
+    at::globalContext().setQEngine(at::QEngine::ONEDNN);
+}
+
+TEST_CASE("a missing module path is an error listing the children that do exist") {
+    try {
+        (void)prepare(small_cnn_mlp(0), compose({{"classifier.fc3", backend("xnnpack")}}));
+        FAIL("must throw");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::missing_module);
+        const std::string message = failure.what();
+        CHECK(message.find("'classifier.fc3'") != std::string::npos);
+        CHECK(message.find("'classifier' has no child 'fc3'") != std::string::npos);
+        CHECK(message.find("'fc1'") != std::string::npos);
+        CHECK(message.find("'fc2'") != std::string::npos);
+    }
+}
+
+TEST_CASE("a model on a device the backends do not support is rejected") {
+    ::torch::jit::Module model = small_cnn_mlp(0);
+    // Set on this instance only: registering a new attribute would change the class type that
+    // every small_cnn_mlp shares.
+    find_submodule(model, "classifier.fc2").setattr("bias", at::empty({10}, at::device(at::kMeta)));
+    try {
+        (void)prepare(model, compose({{"", backend("xnnpack")}}));
+        FAIL("must throw");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::unsupported_device);
+        CHECK(std::string(failure.what()).find("'meta'") != std::string::npos);
+        CHECK(std::string(failure.what()).find("support only: cpu") != std::string::npos);
+    }
+}
+
+TEST_CASE("backends lowering to different engines cannot share a model") {
+    try {
+        (void)prepare(small_cnn_mlp(0), compose({{"features", backend("xnnpack")}, {"classifier", backend("x86_inductor")}}));
+        FAIL("must throw");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::unsupported_composition);
+        CHECK(std::string(failure.what()).find("'features' (xnnpack) and 'classifier' (x86_inductor)") != std::string::npos);
+    }
+}
+
+TEST_CASE("bad calibration data is rejected by batch, before any observer sees it") {
+    prepared_model prepared = prepare(small_cnn_mlp(0), compose({{"", backend("x86_inductor")}}));
+    const auto kind_of = [&](const std::vector<at::Tensor>& batches) {
+        try {
+            calibrate(prepared, batches);
+        } catch (const error& failure) {
+            return std::make_pair(failure.kind(), std::string(failure.what()));
+        }
+        return std::make_pair(error_kind::invalid_argument, std::string("no error"));
+    };
+    CHECK(kind_of({}).first == error_kind::no_calibration_data);
+    auto with_nan = smooth_batches(3, 4, 1);
+    with_nan[2][1][0][5][5] = std::numeric_limits<float>::quiet_NaN();
+    const auto [nan_kind, nan_message] = kind_of(with_nan);
+    CHECK(nan_kind == error_kind::invalid_calibration_data);
+    CHECK(nan_message.find("calibration batch 2 holds NaN or Inf") != std::string::npos);
+    auto with_inf = smooth_batches(1, 4, 1);
+    with_inf[0][0][0][0][0] = std::numeric_limits<float>::infinity();
+    CHECK(kind_of(with_inf).first == error_kind::invalid_calibration_data);
+    CHECK(kind_of({at::empty({0, 1, 28, 28})}).second.find("calibration batch 0 is empty") != std::string::npos);
+    CHECK(kind_of({at::ones({2, 1, 28, 28}, at::kLong)}).second.find("dtype") != std::string::npos);
+    const auto [shape_kind, shape_message] = kind_of({at::randn({2, 1, 28, 28}), at::randn({2, 1, 14, 14})});
+    CHECK(shape_kind == error_kind::invalid_calibration_data);
+    CHECK(shape_message.find("calibration batch 1 ([2, 1, 14, 14] Float) does not fit the model") != std::string::npos);
+}
+
+TEST_CASE("dynamic targets need no calibration data") {
+    prepared_model prepared = prepare(small_cnn_mlp(0), compose({{"", backend("xnnpack:dynamic")}}));
+    calibrate(prepared, {});
+    const lowered_model lowered = lower(convert(prepared), {smooth_batches(1, 2, 5)[0], std::nullopt});
+    CHECK(count_kind(lowered.module, "quantized::linear_dynamic") == 2);
+}
+
+TEST_CASE("compile-time quantizers drive the same flow") {
+    using whole = Quantizer<Target<"features", XNNPACK<>>, Target<"classifier", XNNPACK<per_tensor>>,
+                            Exclude<"classifier.fc2">>;
+    const quantization_result result = quantize(small_cnn_mlp(7), whole{}, synthetic_data(), {1, 1, false, false});
+    CHECK(result.report.targets.size() == 3);
+    CHECK(result.report.targets[2].backend == "none");
+    CHECK(count_kind(result.model.module, "aten::linear") == 1);
+    CHECK(result.report.sqnr_db > static_sqnr_floor_db);
+}

@@ -1,0 +1,199 @@
+// Saving and loading: a quantized model saved by versatil runs in plain LibTorch and in
+// Python with identical outputs, carries its metadata, and is written whole or not at all.
+// Bad files get clear errors and are left as they were.
+#include "doctest_with_torch.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "torch_test_helpers.hpp"
+#include "versatil/torch.hpp"
+#include "versatil/torch/data_file.hpp"
+#include "versatil/torch/models.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct scratch_directory {
+    fs::path path = fs::temp_directory_path() / ("versatil-test-" + std::to_string(::getpid()));
+    scratch_directory() { fs::create_directories(path); }
+    ~scratch_directory() { fs::remove_all(path); }
+    std::vector<std::string> files() const {
+        std::vector<std::string> names;
+        for (const auto& entry : fs::directory_iterator(path)) names.push_back(entry.path().filename().string());
+        std::sort(names.begin(), names.end());
+        return names;
+    }
+};
+
+std::string bytes_of(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+lowered_model quantized_cnn(std::string_view spec) {
+    auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}, {"classifier.fc2", nullptr}});
+    return quantize_model(small_cnn_mlp(0), *quantizer, versatil::testing::smooth_batches(4, 16, 1));
+}
+
+at::Tensor run(const ::torch::jit::Module& model, const at::Tensor& input) {
+    const ::torch::NoGradGuard no_grad;
+    ::torch::jit::Module module = model;
+    return module.forward({input}).toTensor();
+}
+
+bool python_has_torch() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
+
+}  // namespace
+
+TEST_CASE("a saved model reloads with identical outputs, through versatil and through plain LibTorch") {
+    const scratch_directory scratch;
+    const at::Tensor input = versatil::testing::smooth_images(8, 9);
+    for (const std::string spec : {"x86_inductor", "xnnpack", "xnnpack:dynamic"}) {
+        CAPTURE(spec);
+        const lowered_model model = quantized_cnn(spec);
+        const fs::path file = scratch.path / "model.pt";
+        save(model, file);
+        at::Tensor expected;
+        {
+            const engine_scope scope(model.engine);
+            expected = run(model.module, input);
+        }
+        const loaded_model loaded = load_quantized(file);
+        CHECK(engine_name(loaded.engine) == engine_name(model.engine));
+        {
+            const engine_scope scope(loaded.engine);
+            CHECK(at::equal(run(loaded.module, input), expected));
+        }
+        // No versatil code: the engine the metadata names, then torch::jit::load.
+        at::globalContext().setQEngine(model.engine);
+        const ::torch::jit::Module plain = ::torch::jit::load(file.string());
+        CHECK(at::equal(run(plain, input), expected));
+        at::globalContext().setQEngine(at::QEngine::ONEDNN);
+    }
+}
+
+TEST_CASE("Python's torch.jit.load runs a saved model with identical outputs") {
+    if (!python_has_torch()) {
+        MESSAGE("skipped: /usr/bin/python3 cannot import torch (Debian's python3-torch is not installed)");
+        return;
+    }
+    const scratch_directory scratch;
+    const lowered_model model = quantized_cnn("xnnpack");
+    save(model, scratch.path / "model.pt");
+    const at::Tensor input = versatil::testing::smooth_images(4, 3);
+    at::Tensor expected;
+    {
+        const engine_scope scope(model.engine);
+        expected = run(model.module, input);
+    }
+    save_data_file({input, expected, std::nullopt, std::nullopt, std::nullopt}, scratch.path / "io.pt");
+    const std::string script =
+        "import json, sys, torch\n"
+        "d = sys.argv[1]\n"
+        "torch.backends.quantized.engine = 'qnnpack'\n"
+        "extra = {'versatil.json': ''}\n"
+        "m = torch.jit.load(d + '/model.pt', _extra_files=extra)\n"
+        "assert json.loads(extra['versatil.json'])['engine'] == 'qnnpack'\n"
+        "io = torch.jit.load(d + '/io.pt')\n"
+        "out = m(io.calib)\n"
+        "sys.exit(0 if torch.equal(out, io.test) else 1)\n";
+    std::ofstream(scratch.path / "check.py") << script;
+    const std::string command = "/usr/bin/python3 " + (scratch.path / "check.py").string() + " " + scratch.path.string();
+    CHECK(std::system(command.c_str()) == 0);
+}
+
+TEST_CASE("metadata records the version, engine, backends and targets, and reads back without loading") {
+    const scratch_directory scratch;
+    save(quantized_cnn("xnnpack:per_tensor"), scratch.path / "model.pt");
+    const nlohmann::json metadata = read_metadata(scratch.path / "model.pt");
+    CHECK(metadata.at("versatil_version") == std::string(versatil::version));
+    CHECK(metadata.at("engine") == "qnnpack");
+    CHECK(metadata.at("backends") == nlohmann::json::array({"xnnpack"}));
+    REQUIRE(metadata.at("targets").size() == 2);
+    CHECK(metadata["targets"][0]["spec"] == "xnnpack:per_tensor");
+    CHECK(metadata["targets"][0]["config"]["weight"]["qscheme"] == "per_tensor_symmetric");
+    CHECK(metadata["targets"][1]["path"] == "classifier.fc2");
+    CHECK(metadata["targets"][1]["backend"] == "none");
+}
+
+TEST_CASE("a save that cannot complete leaves nothing behind and never touches the input") {
+    const scratch_directory scratch;
+    const lowered_model model = quantized_cnn("x86_inductor");
+    const fs::path input = scratch.path / "input.pt";
+    small_cnn_mlp(0).save(input.string());
+    const std::string input_bytes = bytes_of(input);
+
+    try {
+        save(model, input, input);
+        FAIL("must refuse to overwrite the input");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::io_error);
+        CHECK(std::string(failure.what()).find("is the input model") != std::string::npos);
+    }
+    CHECK(bytes_of(input) == input_bytes);
+    // the same file through another spelling of its path
+    CHECK_THROWS_AS(save(model, scratch.path / "." / "input.pt", input), error);
+
+    CHECK_THROWS_AS(save(model, scratch.path / "missing-dir" / "q.pt"), error);
+    CHECK_THROWS_AS(save(model, scratch.path), error);  // a directory
+    CHECK(scratch.files() == std::vector<std::string>{"input.pt"});
+
+    // An existing output is replaced whole.
+    save(model, scratch.path / "q.pt");
+    save(model, scratch.path / "q.pt");
+    CHECK(scratch.files() == std::vector<std::string>{"input.pt", "q.pt"});
+}
+
+TEST_CASE("corrupt and truncated model files get a clear error and stay unchanged") {
+    const scratch_directory scratch;
+    const fs::path garbage = scratch.path / "garbage.pt", truncated = scratch.path / "truncated.pt";
+    std::ofstream(garbage, std::ios::binary) << "this is not a TorchScript archive";
+    small_cnn_mlp(0).save(truncated.string());
+    const std::string whole = bytes_of(truncated);
+    std::ofstream(truncated, std::ios::binary | std::ios::trunc) << whole.substr(0, whole.size() / 2);
+    for (const fs::path& path : {garbage, truncated, scratch.path / "absent.pt"}) {
+        CAPTURE(path);
+        const std::string before = fs::exists(path) ? bytes_of(path) : "";
+        try {
+            (void)load_model(path);
+            FAIL("must throw");
+        } catch (const error& failure) {
+            CHECK(failure.kind() == error_kind::invalid_model_file);
+            CHECK(std::string(failure.what()).find(path.string()) != std::string::npos);
+        }
+        CHECK_THROWS_AS(read_metadata(path), error);
+        if (fs::exists(path)) CHECK(bytes_of(path) == before);
+    }
+    // A float model is valid TorchScript but has no versatil metadata.
+    small_cnn_mlp(0).save((scratch.path / "float.pt").string());
+    CHECK_THROWS_WITH_AS(read_metadata(scratch.path / "float.pt"), doctest::Contains("not saved by versatil"), error);
+}
+
+TEST_CASE("data files round-trip and bad ones are rejected") {
+    const scratch_directory scratch;
+    const at::Tensor calib = at::randn({6, 1, 28, 28}), test = at::randn({4, 1, 28, 28});
+    const at::Tensor labels = at::tensor({0, 1, 2, 3}, at::kLong);
+    save_data_file({calib, test, labels, std::nullopt, std::nullopt}, scratch.path / "data.pt");
+    const data_file data = load_data_file(scratch.path / "data.pt");
+    CHECK(at::equal(*data.calib, calib));
+    CHECK(at::equal(*data.test, test));
+    CHECK(at::equal(*data.test_labels, labels));
+    CHECK_FALSE(data.train_inputs.has_value());
+
+    std::ofstream(scratch.path / "bad.pt") << "not a data file";
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "bad.pt"), doctest::Contains("not a readable TorchScript file"),
+                         error);
+    save_data_file({calib, test, at::tensor({0, 1}, at::kLong), std::nullopt, std::nullopt},
+                   scratch.path / "short_labels.pt");
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "short_labels.pt"), doctest::Contains("'test_labels' has 2 rows"),
+                         error);
+    save_data_file({calib, test, at::tensor({0.F, 1.F, 2.F, 3.F}), std::nullopt, std::nullopt},
+                   scratch.path / "float_labels.pt");
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "float_labels.pt"), doctest::Contains("int64"), error);
+}

@@ -1,0 +1,45 @@
+// Shared by the LibTorch layer's tests: deterministic synthetic batches, an environment
+// fixture, and a graph query.
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../runtime/environment_helpers.hpp"
+#include "versatil/torch/calibrate.hpp"
+#include "versatil/torch/fashion_mnist.hpp"
+
+namespace versatil::testing {
+
+// Smooth random images [count, 1, 28, 28]: low-frequency noise, so activations have realistic
+// ranges (white noise would make every layer's range look alike).
+inline at::Tensor smooth_images(std::int64_t count, std::uint64_t seed) {
+    const at::Generator generator = at::detail::createCPUGenerator(seed);
+    return at::upsample_bilinear2d(at::randn({count, 1, 7, 7}, generator), {28, 28}, false);
+}
+
+inline std::vector<at::Tensor> smooth_batches(std::int64_t batches, std::int64_t rows, std::uint64_t seed) {
+    return libtorch::split_batches(smooth_images(batches * rows, seed), rows);
+}
+
+// How many nodes of a kind the (frozen, inlined) forward graph holds.
+inline int count_kind(const ::torch::jit::Module& module, const std::string& kind) {
+    int count = 0;
+    for (const ::torch::jit::Node* node : module.get_method("forward").graph()->nodes())
+        count += std::string(node->kind().toQualString()) == kind ? 1 : 0;
+    return count;
+}
+
+// The Fashion-MNIST tests need Debian's dataset-fashion-mnist (tools/install-deps installs
+// it); without it they fail with the fix rather than pass vacuously.
+inline void require_fashion_mnist() {
+    const std::string missing = std::string("Fashion-MNIST is missing from ") +
+                                libtorch::default_fashion_mnist_directory + ": apt-get install dataset-fashion-mnist";
+    REQUIRE_MESSAGE(libtorch::fashion_mnist_available(), missing);
+}
+
+}  // namespace versatil::testing
