@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""versatil-quantize end to end: the embedded default, real files, and every bad input the
+CLI must refuse with exit status 2, a message naming the problem, no partial output and the
+input files unchanged. Usage: check_cli.py VERSATIL_QUANTIZE EXPORT_PROGRAM"""
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+cli, export = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def run(*args, expect_status=0, expect_text=None):
+    result = subprocess.run([cli, *map(str, args)], capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    label = " ".join(map(str, args)) or "(no arguments)"
+    if result.returncode != expect_status:
+        failures.append(f"{label}: exit {result.returncode}, expected {expect_status}\n{output}")
+    elif expect_text and expect_text not in output:
+        failures.append(f"{label}: output lacks {expect_text!r}\n{output}")
+    else:
+        print(f"ok: {label}")
+    return output
+
+
+def digest(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+with tempfile.TemporaryDirectory() as scratch:
+    d = Path(scratch)
+    # The embedded default: table on stdout, JSON report and model written.
+    out = run("--report", d / "r.json", "--out", d / "q.pt", expect_text="output SQNR")
+    report = json.loads((d / "r.json").read_text())
+    for key in ("targets", "quantized_ops", "quantizable_ops", "max_abs_diff", "mean_abs_diff", "sqnr_db", "per_layer",
+                "float_bytes", "quantized_bytes", "compression_ratio", "float_ms", "quantized_ms", "speedup",
+                "quantize_seconds", "batch_size", "threads"):
+        if key not in report:
+            failures.append(f"report lacks {key}")
+    if report["quantized_ops"] != report["quantizable_ops"] or report["sqnr_db"] is None or report["sqnr_db"] < 20:
+        failures.append(f"default run quantized poorly: {report['quantized_ops']}/{report['quantizable_ops']} ops, "
+                        f"{report['sqnr_db']} dB")
+    if not (d / "q.pt").is_file():
+        failures.append("--out wrote no model")
+
+    run("--target", "features=xnnpack", "--target", "classifier=xnnpack:per_tensor", "--target",
+        "classifier.fc2=none", "--no-per-layer", expect_text="classifier.fc2")
+    run("--target", "=xnnpack:dynamic", "--batch", "4", "--threads", "2", "--no-per-layer", expect_text="batch 4, 2 threads")
+
+    # A real model and data file (Fashion-MNIST, trained by the export example).
+    subprocess.run([export, d, "--steps", "150"], check=True, timeout=600)
+    model, data = d / "model.pt", d / "data.pt"
+    model_digest, data_digest = digest(model), digest(data)
+    out = run("--model", model, "--data", data, "--target", "=xnnpack", "--report", d / "fm.json", "--out",
+              d / "fm_q.pt", "--no-per-layer", expect_text="top-1")
+    fm = json.loads((d / "fm.json").read_text())
+    if fm["float_accuracy"] is None or fm["quantized_accuracy"] is None:
+        failures.append("accuracy missing with labelled test data")
+    elif fm["float_accuracy"] - fm["quantized_accuracy"] > 0.01:
+        failures.append(f"xnnpack lost more than 1 point: {fm['float_accuracy']} -> {fm['quantized_accuracy']}")
+
+    # Bad input: exit 2, a message naming the problem, nothing written, inputs untouched.
+    run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
+    run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")
+    run("--target", "features", expect_status=2, expect_text="is not PATH=BACKEND")
+    run("--target", "features=xnnpack", "--target", "features.0=xnnpack", expect_status=2, expect_text="overlap")
+    run("--target", "features..0=xnnpack", expect_status=2, expect_text="invalid module path")
+    run("--target", "features.9=xnnpack", expect_status=2, expect_text="'features' has no child '9'")
+    run("--target", "features=xnnpack", "--target", "classifier=x86_inductor", expect_status=2,
+        expect_text="different quantized engines")
+    run("--model", d / "absent.pt", expect_status=2, expect_text="does not exist")
+    (d / "corrupt.pt").write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    run("--model", d / "corrupt.pt", "--data", data, expect_status=2, expect_text="not a valid TorchScript model")
+    (d / "corrupt_data.pt").write_bytes(b"\x00garbage")
+    run("--model", model, "--data", d / "corrupt_data.pt", expect_status=2, expect_text="not a readable TorchScript file")
+    run("--model", model, expect_status=2, expect_text="no data")
+    run("--model", model, "--data", data, "--out", d / "no-such-dir" / "q.pt", "--no-per-layer", expect_status=2,
+        expect_text="does not exist")
+    run("--model", model, "--data", data, "--out", model, "--no-per-layer", expect_status=2,
+        expect_text="is the input model")
+    run("--model", model, "--data", data, "--target", "=xnnpack", "--target", "=x86_inductor", expect_status=2,
+        expect_text="overlap")
+    if digest(model) != model_digest or digest(data) != data_digest:
+        failures.append("an input file changed")
+    leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]
+    if leftovers:
+        failures.append(f"partial output left behind: {leftovers}")
+
+for failure in failures:
+    print("FAIL:", failure)
+sys.exit(1 if failures else 0)

@@ -1,0 +1,146 @@
+// versatil-quantize: quantize a TorchScript model with versatil's backends, report what it
+// did, save the result.
+//
+//   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
+//                     [--out Q.pt] [--report R.json] [--batch N] [--threads N]
+//
+// Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
+// and prints the report. Exit status: 0 done, 2 bad arguments or input, 1 anything else.
+#include <CLI/CLI.hpp>
+#include <torch/script.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/torch.hpp"
+#include "versatil/torch/data_file.hpp"
+#include "versatil/torch/models.hpp"
+
+namespace {
+
+using namespace versatil;
+using namespace versatil::libtorch;
+
+constexpr std::int64_t calibration_batch_rows = 32;
+
+// "PATH=BACKEND[:OPT[,OPT]]" or "PATH=none": the one place a run-time choice meets the
+// compile-time policies (parse_backend_spec picks the policy type's descriptor).
+runtime_target parse_target(const std::string& text) {
+    const std::size_t equals = text.find('=');
+    if (equals == std::string::npos)
+        throw error(error_kind::invalid_argument, "target '" + text +
+                                                      "' is not PATH=BACKEND[:OPT[,OPT]] (PATH may be empty for the "
+                                                      "whole model; BACKEND none keeps PATH float)");
+    const std::string spec = text.substr(equals + 1);
+    if (spec == "none") return {text.substr(0, equals), nullptr};
+    auto backend = parse_backend_spec(spec);
+    if (!backend) throw error(error_kind::invalid_argument, "target '" + text + "': " + backend.error().message);
+    return {text.substr(0, equals), *backend};
+}
+
+struct inputs {
+    ::torch::jit::Module model;
+    quantize_data data;
+};
+
+inputs embedded_default() {
+    // Synthetic but structured input: smooth images (low-frequency noise), so activations
+    // have realistic ranges; calibration and evaluation draw from one distribution.
+    const auto images = [](std::int64_t count, std::uint64_t seed) {
+        const at::Generator generator = at::detail::createCPUGenerator(seed);
+        const at::Tensor coarse = at::randn({count, 1, 7, 7}, generator);
+        return at::upsample_bilinear2d(coarse, {28, 28}, false);
+    };
+    quantize_data data;
+    data.calibration = split_batches(images(256, 1), calibration_batch_rows);
+    data.evaluation = split_batches(images(128, 2), calibration_batch_rows);
+    return {small_cnn_mlp(0), std::move(data)};
+}
+
+inputs from_files(const std::string& model_path, const std::optional<std::string>& data_path) {
+    inputs loaded{load_model(model_path), {}};
+    if (!data_path) return loaded;
+    const data_file file = load_data_file(*data_path);
+    if (file.calib) loaded.data.calibration = split_batches(*file.calib, calibration_batch_rows);
+    if (file.test) loaded.data.evaluation = split_batches(*file.test, calibration_batch_rows);
+    loaded.data.evaluation_labels = file.test_labels;
+    return loaded;
+}
+
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+    const std::filesystem::path temporary = path.string() + ".tmp-" + std::to_string(::getpid());
+    {
+        std::ofstream out(temporary);
+        out << text;
+        if (!out.flush()) {
+            std::filesystem::remove(temporary);
+            throw error(error_kind::io_error, "cannot write '" + path.string() + "'");
+        }
+    }
+    std::error_code status;
+    std::filesystem::rename(temporary, path, status);
+    if (status) {
+        std::filesystem::remove(temporary, status);
+        throw error(error_kind::io_error, "cannot write '" + path.string() + "': " + status.message());
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Quantize a TorchScript model with versatil's backends (x86_inductor, xnnpack)"};
+    std::optional<std::string> model_path, data_path, out_path, report_path;
+    std::vector<std::string> target_texts;
+    std::int64_t batch = 1;
+    int threads = 1;
+    bool per_layer = true;
+    app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
+    app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels");
+    app.add_option("--target", target_texts,
+                   "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor or xnnpack, OPT dynamic, qat, reduce_range or "
+                   "per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
+    app.add_option("--out", out_path, "where to save the quantized TorchScript model");
+    app.add_option("--report", report_path, "where to write the report as JSON");
+    app.add_option("--batch", batch, "batch size for latency")->check(CLI::PositiveNumber);
+    app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
+    app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one extra quantization per layer)");
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        std::vector<runtime_target> targets;
+        for (const std::string& text : target_texts) targets.push_back(parse_target(text));
+        if (targets.empty()) targets.push_back(parse_target("=x86_inductor"));
+        auto quantizer = runtime_quantizer::compose(std::move(targets));
+        if (!quantizer) throw error(error_kind::invalid_argument, quantizer.error().message);
+        if (data_path && !model_path)
+            throw error(error_kind::invalid_argument, "--data needs --model (the embedded default brings its own data)");
+
+        inputs in = model_path ? from_files(*model_path, data_path) : embedded_default();
+        if (model_path && in.data.calibration.empty() && in.data.evaluation.empty())
+            throw error(error_kind::no_calibration_data,
+                        "no data: give --data with a 'calib' tensor (and 'test' to measure on held-out samples)");
+
+        const quantization_result result = quantize(in.model, *quantizer, in.data, {batch, threads, per_layer, true});
+        std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
+                    model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
+        std::fputs(format_table(result.report).c_str(), stdout);
+        if (report_path) write_text_file(*report_path, to_json(result.report).dump(2) + "\n");
+        if (out_path) {
+            save(result.model, *out_path, model_path ? std::optional<std::filesystem::path>(*model_path) : std::nullopt);
+            std::printf("saved %s\n", out_path->c_str());
+        }
+        return 0;
+    } catch (const error& failure) {
+        std::fprintf(stderr, "versatil-quantize: error (%s): %s\n", std::string(to_string(failure.kind())).c_str(),
+                     failure.what());
+        const bool bad_input = failure.kind() != error_kind::lowering_failed;
+        return bad_input ? 2 : 1;
+    } catch (const std::exception& failure) {
+        std::fprintf(stderr, "versatil-quantize: error: %s\n", failure.what());
+        return 1;
+    }
+}
