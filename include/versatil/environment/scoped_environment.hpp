@@ -1,7 +1,9 @@
 // A scope-bound environment: constructing it sets each variable, destroying it restores
 // the exact previous state (a variable that was unset is unset again), last set first
 // restored. It is neither copyable nor movable, so a scope cannot be restored twice or
-// escape the block that owns it; functions return it by guaranteed copy elision.
+// escape the block that owns it; functions return it by guaranteed copy elision. On a
+// LayeredEnvironmentStore (the process environment) scopes are layers, so threads opening
+// and closing scopes in any order leave every variable as it was once all are closed.
 #pragma once
 
 #include <array>
@@ -68,7 +70,9 @@ public:
     ~restoring_variables() {
         for (std::size_t i = this->size(); i-- > 0;) {
             saved_variable& saved = (*this)[i];
-            if (saved.previous)
+            if constexpr (LayeredEnvironmentStore<Store>)
+                Store::pop_layer(saved.name, this);
+            else if (saved.previous)
                 Store::set(saved.name, *saved.previous);
             else
                 Store::unset(saved.name);
@@ -86,8 +90,13 @@ public:
 
     explicit scoped_environment(span_type assignments) {
         for (const environment_assignment& assignment : assignments) {
-            saved_.push(assignment.name, Store::get(assignment.name));
-            applied_ = Store::set(assignment.name, assignment.value) && applied_;
+            if constexpr (LayeredEnvironmentStore<Store>) {
+                saved_.push(assignment.name, std::nullopt);  // first: a failed push_layer is then popped as a no-op
+                applied_ = Store::push_layer(assignment.name, assignment.value, &saved_) && applied_;
+            } else {
+                saved_.push(assignment.name, Store::get(assignment.name));
+                applied_ = Store::set(assignment.name, assignment.value) && applied_;
+            }
         }
     }
 
