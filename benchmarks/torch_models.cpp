@@ -1,0 +1,263 @@
+// The runtime benchmark, versatil's side: trains each model on Fashion-MNIST, quantizes it with
+// every backend (static and dynamic) and measures what a user compares tools on: SQNR, top-1,
+// size, float and quantized latency at batch 1 and 8 on one thread, and quantize time. It also
+// writes what the Python peer (peer.py) needs to run the same models on the same data: each
+// trained model (TorchScript), its float logits on the test images, and the data itself.
+//
+//   torch_models OUT_DIR [--steps N] [--test N] [--quick]
+//
+// OUT_DIR/data.pt            calib [256,1,28,28], test, test_labels (torch.load-able dict)
+// OUT_DIR/<model>/model.pt   the trained float model;  reference.pt: its logits on `test`
+// OUT_DIR/scaling/mlp_<L>.pt untrained MLPs of L linear layers, for quantize time vs depth
+// OUT_DIR/versatil.json      every measurement below
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "versatil/torch.hpp"
+#include "versatil/torch/fashion_mnist.hpp"
+#include "versatil/torch/models.hpp"
+#include "versatil/torch/training.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t calibration_batch = 32;
+constexpr int64_t calibration_batches = 8;
+constexpr int64_t evaluation_batch = 250;
+constexpr int quantize_repeats = 3;
+
+struct model_entry {
+    std::string name;
+    std::function<::torch::jit::Module()> build;
+    double learning_rate;
+};
+
+void write_pickle(const c10::IValue& value, const fs::path& path) {
+    const std::vector<char> bytes = ::torch::jit::pickle_save(value);
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::vector<at::Tensor> batches_of(const at::Tensor& all, int64_t batch) {
+    std::vector<at::Tensor> batches;
+    for (int64_t begin = 0; begin < all.size(0); begin += batch)
+        batches.push_back(all.slice(0, begin, std::min(begin + batch, all.size(0))).contiguous());
+    return batches;
+}
+
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+runtime_quantizer whole_model(const std::string& spec) {
+    auto backend = parse_backend_spec(spec);
+    if (!backend) throw std::runtime_error(backend.error().message);
+    auto composed = runtime_quantizer::compose({{"", *backend}});
+    if (!composed) throw std::runtime_error(composed.error().message);
+    return *composed;
+}
+
+// prepare, calibrate, convert and lower: the steps quantize() runs before it measures anything.
+lowered_model quantize_steps(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                             const std::vector<at::Tensor>& calibration) {
+    prepared_model prepared = prepare(model, quantizer);
+    calibrate(prepared, calibration, {false});
+    lowering_options lowering;
+    if (!calibration.empty()) lowering.sample = calibration.front();
+    lowering.threads = 1;
+    return lower(convert(prepared), lowering);
+}
+
+// Median seconds of prepare + calibrate + convert + lower over `quantize_repeats` runs.
+double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                        const std::vector<at::Tensor>& calibration) {
+    std::vector<double> seconds;
+    for (int i = 0; i < quantize_repeats; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        const lowered_model lowered = quantize_steps(model, quantizer, calibration);
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return median(seconds);
+}
+
+// One more quantization, timed phase by phase: where the quantize time goes.
+json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                   const std::vector<at::Tensor>& calibration) {
+    using clock = std::chrono::steady_clock;
+    const auto since = [](clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); };
+    auto start = clock::now();
+    prepared_model prepared = prepare(model, quantizer);
+    const double prepare_s = since(start);
+    start = clock::now();
+    calibrate(prepared, calibration, {false});
+    const double calibrate_s = since(start);
+    start = clock::now();
+    const converted_model converted = convert(prepared);
+    const double convert_s = since(start);
+    start = clock::now();
+    lowering_options lowering;
+    if (!calibration.empty()) lowering.sample = calibration.front();
+    lowering.threads = 1;
+    const lowered_model lowered = lower(converted, lowering);
+    return {{"prepare", prepare_s}, {"calibrate", calibrate_s}, {"convert", convert_s}, {"lower", since(start)}};
+}
+
+bool is_quantize_node(std::string_view kind) { return kind == "aten::quantize_per_tensor"; }
+bool is_dequantize_node(std::string_view kind) { return kind == "aten::dequantize"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: %s OUT_DIR [--steps N] [--test N] [--quick]\n", argv[0]);
+        return 2;
+    }
+    const fs::path out = argv[1];
+    int64_t steps = 300, test_count = 2000;
+    bool quick = false;
+    for (int i = 2; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::stol(argv[++i]);
+        else if (std::strcmp(argv[i], "--test") == 0 && i + 1 < argc) test_count = std::stol(argv[++i]);
+        else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    }
+    try {
+        at::set_num_threads(1);  // one thread throughout: training (fastest here) and every timing
+        fs::create_directories(out / "scaling");
+        const dataset train = load_fashion_mnist(fashion_mnist_split::train, 12000);
+        const dataset test = load_fashion_mnist(fashion_mnist_split::test, test_count);
+        // Calibration images are training images the models were trained on; evaluation is held out.
+        const at::Tensor calib = train.images.slice(0, 0, calibration_batch * calibration_batches).contiguous();
+        const std::vector<at::Tensor> calibration = batches_of(calib, calibration_batch);
+        const std::vector<at::Tensor> evaluation = batches_of(test.images, evaluation_batch);
+        {
+            c10::Dict<std::string, at::Tensor> data;
+            data.insert("calib", calib);
+            data.insert("test", test.images);
+            data.insert("test_labels", test.labels);
+            write_pickle(data, out / "data.pt");
+        }
+
+        const std::vector<model_entry> models{
+            {"mlp", [] { return mlp(0); }, 2e-3},
+            {"transformer_encoder", [] { return transformer_encoder(0); }, 1e-3},
+            {"resnet_cnn", [] { return resnet_cnn(0); }, 2e-3},
+            {"mobilenet_cnn", [] { return mobilenet_cnn(0); }, 2e-3},
+        };
+        const std::vector<std::string> specs{"x86_inductor", "xnnpack", "x86_inductor:dynamic", "xnnpack:dynamic"};
+
+        json results;
+        results["config"] = {{"steps", steps},
+                             {"train_images", train.images.size(0)},
+                             {"test_images", test.images.size(0)},
+                             {"calibration_images", calib.size(0)},
+                             {"quantize_repeats", quantize_repeats},
+                             {"threads", 1}};
+        for (const model_entry& entry : models) {
+            ::torch::jit::Module model = entry.build();
+            training_options options;
+            options.steps = quick ? std::min<int64_t>(steps, 20) : steps;
+            options.learning_rate = entry.learning_rate;
+            options.num_threads = 1;
+            const auto train_start = std::chrono::steady_clock::now();
+            const training_result trained = train_classifier(model, train.images, train.labels, options);
+            const double train_seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+            fs::create_directories(out / entry.name);
+            model.save((out / entry.name / "model.pt").string());
+            const at::Tensor reference = run_batches(model, evaluation);
+            write_pickle(reference, out / entry.name / "reference.pt");
+            const double float_top1 = top1_accuracy(reference, test.labels);
+            std::printf("%-20s trained %lld steps in %.1f s, loss %.3f, float top-1 %.2f %%\n", entry.name.c_str(),
+                        static_cast<long long>(options.steps), train_seconds, trained.final_loss, 100 * float_top1);
+            std::fflush(stdout);
+
+            json model_json = {{"train_seconds", train_seconds},
+                               {"final_loss", trained.final_loss},
+                               {"float_top1", float_top1},
+                               {"float_bytes", serialized_bytes(model)}};
+            for (const std::string& spec : specs) {
+                const bool dynamic = spec.ends_with(":dynamic");
+                const std::string backend = spec.substr(0, spec.find(':'));
+                json run = {{"backend", backend}, {"mode", dynamic ? "dynamic" : "static"}};
+                try {
+                    const runtime_quantizer quantizer = whole_model(spec);
+                    // Dynamic quantization observes weights only: no calibration, as the peer's quantize_dynamic.
+                    const std::vector<at::Tensor> calib_used = dynamic ? std::vector<at::Tensor>{} : calibration;
+                    quantize_options q_options;
+                    q_options.batch_size = 1;
+                    q_options.threads = 1;
+                    q_options.per_layer = false;
+                    q_options.progress = false;
+                    const quantization_result result =
+                        quantize(model, quantizer, quantize_data{calib_used, evaluation, test.labels}, q_options);
+                    const quantization_report& report = result.report;
+                    run["engine"] = report.engine;
+                    run["sqnr_db"] = report.sqnr_db;
+                    run["max_abs_diff"] = report.max_abs_diff;
+                    run["quantized_top1"] = report.quantized_accuracy.value_or(-1.0);
+                    run["float_top1"] = report.float_accuracy.value_or(-1.0);
+                    run["quantized_ops"] = report.quantized_ops;
+                    run["quantizable_ops"] = report.quantizable_ops;
+                    run["float_bytes"] = report.float_bytes;
+                    run["quantized_bytes"] = report.quantized_bytes;
+                    run["quantize_seconds_first"] = report.quantize_seconds;
+                    run["quantize_seconds"] = quantize_seconds(model, quantizer, calib_used);
+                    run["phases"] = phase_seconds(model, quantizer, calib_used);
+                    run["quantize_nodes"] = count_nodes(result.model.module, is_quantize_node);
+                    run["dequantize_nodes"] = count_nodes(result.model.module, is_dequantize_node);
+                    const engine_scope scope(engine_settings{result.model.engine, 1, std::nullopt});
+                    for (const int64_t batch : {int64_t{1}, int64_t{8}}) {
+                        const at::Tensor input = test.images.slice(0, 0, batch).contiguous();
+                        run["float_ms_b" + std::to_string(batch)] = median_latency_ms(model, input);
+                        run["quantized_ms_b" + std::to_string(batch)] = median_latency_ms(result.model.module, input);
+                    }
+                    std::printf("  %-22s SQNR %6.2f dB  top-1 %.2f %%  quantize %.3f s  b1 %.3f -> %.3f ms\n",
+                                spec.c_str(), report.sqnr_db, 100 * report.quantized_accuracy.value_or(0),
+                                run["quantize_seconds"].get<double>(), run["float_ms_b1"].get<double>(),
+                                run["quantized_ms_b1"].get<double>());
+                } catch (const std::exception& failure) {
+                    const std::string what = failure.what();
+                    run["error"] = what.substr(0, what.find('\n'));
+                    std::printf("  %-22s FAILED: %s\n", spec.c_str(), run["error"].get<std::string>().c_str());
+                }
+                std::fflush(stdout);
+                model_json["runs"].push_back(run);
+            }
+            results["models"][entry.name] = model_json;
+        }
+
+        // Quantize time against depth: untrained MLPs of `linears` Linear layers, static x86_inductor.
+        const runtime_quantizer scaling_quantizer = whole_model("x86_inductor");
+        for (const int64_t linears : {2, 4, 8, 16, 32}) {
+            ::torch::jit::Module model = mlp(1, 128, linears - 1);
+            model.save((out / "scaling" / ("mlp_" + std::to_string(linears) + ".pt")).string());
+            const double seconds = quantize_seconds(model, scaling_quantizer, calibration);
+            results["scaling"].push_back({{"linears", linears}, {"quantize_seconds", seconds}});
+            std::printf("scaling: %2lld linear layers quantize in %.3f s\n", static_cast<long long>(linears), seconds);
+            std::fflush(stdout);
+        }
+
+        std::ofstream(out / "versatil.json") << results.dump(2) << '\n';
+        return 0;
+    } catch (const std::exception& failure) {
+        std::fprintf(stderr, "torch_models: %s\n", failure.what());
+        return 1;
+    }
+}
