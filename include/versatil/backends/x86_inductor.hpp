@@ -26,7 +26,10 @@ struct X86Inductor : backend_policy<X86Inductor<Options...>> {
         environment_assignment{"CUDA_VISIBLE_DEVICES", ""},
         environment_assignment{"TORCHINDUCTOR_FREEZING", "1"},
     };
-    static constexpr quantization_config config = x86_inductor_config(is_dynamic, is_qat, reduce_range);
+    // The options spelled out, not is_dynamic & co.: clang 14 rejects reading this class's own
+    // static members inside a consteval call in their class template (the fuzzers build with it).
+    static constexpr quantization_config config = x86_inductor_config(
+        has_option<dynamic_t, Options...>, has_option<qat_t, Options...>, has_option<reduce_range_t, Options...>);
     static constexpr std::string_view options = option_names<accepted_options, Options...>;
 };
 

@@ -23,7 +23,9 @@ struct XNNPACK : backend_policy<XNNPACK<Options...>> {
     static constexpr bool is_per_channel = !has_option<per_tensor_t, Options...>;
     static constexpr device_set supported_device_types{device_type::cpu};
     static constexpr std::array<environment_assignment, 0> environment{};
-    static constexpr quantization_config config = xnnpack_config(is_dynamic, is_qat, is_per_channel);
+    // The options spelled out: clang 14 rejects reading is_dynamic & co. here (see X86Inductor).
+    static constexpr quantization_config config = xnnpack_config(
+        has_option<dynamic_t, Options...>, has_option<qat_t, Options...>, !has_option<per_tensor_t, Options...>);
     static constexpr std::string_view options = option_names<accepted_options, Options...>;
 };
 
