@@ -86,3 +86,17 @@ static_assert(multiply_by_quantized_multiplier(1 << 30, quantize_multiplier(4.0)
 static_assert(requantize(1000, quantize_multiplier(0.1), 5, -128, 127) == 105);
 static_assert(requantize(100000, quantize_multiplier(0.1), 5, -128, 127) == 127);
 }  // namespace
+
+// Reliability edges: true denormals, the full float range, infinite bounds, a negative
+// constant. The scale stays finite and at least eps, the zero point in range, and quantizing
+// with the extreme scales divides by nothing smaller than eps.
+constexpr float denorm = __FLT_DENORM_MIN__;
+static_assert(choose_qparams(-denorm, denorm, u8, false, true) == quantization_params{eps, 0});
+static_assert(choose_qparams(-denorm, denorm, s8_symmetric, true, false) == quantization_params{eps, 0});
+constexpr quantization_params full_range = choose_qparams(-__FLT_MAX__, __FLT_MAX__, s8_symmetric, true, false);
+static_assert(full_range.scale == __FLT_MAX__ / 127.0F && full_range.zero_point == 0);
+constexpr quantization_params infinite = choose_qparams(-__builtin_inff(), __builtin_inff(), u8, false, true);
+static_assert(infinite.scale == __FLT_MAX__ && infinite.zero_point >= 0 && infinite.zero_point <= 255);
+static_assert(choose_qparams(-3.0F, -3.0F, u8, false, true) == quantization_params{3.0F / 255.0F, 255});
+static_assert(quantize(__FLT_MAX__, quantization_params{eps, 0}, s8) == 127);
+static_assert(quantize(-__FLT_MAX__, infinite, u8) >= 0 && quantize(denorm, quantization_params{eps, 0}, s8) == 0);
