@@ -19,6 +19,7 @@
 #include "versatil/torch.hpp"
 #include "versatil/torch/data_file.hpp"
 #include "versatil/torch/models.hpp"
+#include "versatil/torch/target_spec.hpp"
 
 namespace {
 
@@ -26,21 +27,6 @@ using namespace versatil;
 using namespace versatil::libtorch;
 
 constexpr std::int64_t calibration_batch_rows = 32;
-
-// "PATH=BACKEND[:OPT[,OPT]]" or "PATH=none": the one place a run-time choice meets the
-// compile-time policies (parse_backend_spec picks the policy type's descriptor).
-runtime_target parse_target(const std::string& text) {
-    const std::size_t equals = text.find('=');
-    if (equals == std::string::npos)
-        throw error(error_kind::invalid_argument, "target '" + text +
-                                                      "' is not PATH=BACKEND[:OPT[,OPT]] (PATH may be empty for the "
-                                                      "whole model; BACKEND none keeps PATH float)");
-    const std::string spec = text.substr(equals + 1);
-    if (spec == "none") return {text.substr(0, equals), nullptr};
-    auto backend = parse_backend_spec(spec);
-    if (!backend) throw error(error_kind::invalid_argument, "target '" + text + "': " + backend.error().message);
-    return {text.substr(0, equals), *backend};
-}
 
 struct inputs {
     ::torch::jit::Module model;
@@ -65,6 +51,10 @@ inputs from_files(const std::string& model_path, const std::optional<std::string
     inputs loaded{load_model(model_path), {}};
     if (!data_path) return loaded;
     const data_file file = load_data_file(*data_path);
+    if (file.calib && (file.calib->dim() == 0 || file.calib->size(0) == 0))
+        throw error(error_kind::invalid_calibration_data,
+                    "data file '" + *data_path + "': 'calib' (" + describe_shape(*file.calib) +
+                        ") holds no sample; give calibration samples batched along dim 0");
     if (file.calib) loaded.data.calibration = split_batches(*file.calib, calibration_batch_rows);
     if (file.test) loaded.data.evaluation = split_batches(*file.test, calibration_batch_rows);
     loaded.data.evaluation_labels = file.test_labels;
