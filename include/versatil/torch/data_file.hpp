@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "versatil/torch/error.hpp"
 #include "versatil/torch/save.hpp"
@@ -50,6 +51,15 @@ inline data_file load_data_file(const std::filesystem::path& path) {
                    detail::tensor_attribute(module, "test_labels", path),
                    detail::tensor_attribute(module, "train_inputs", path),
                    detail::tensor_attribute(module, "train_labels", path)};
+    // Everything is batched along dim 0: a scalar tensor would make size(0) below throw
+    // LibTorch's IndexError instead of this layer's error.
+    for (const auto& [name, tensor] : {std::pair{"calib", &data.calib}, std::pair{"test", &data.test},
+                                       std::pair{"test_labels", &data.test_labels},
+                                       std::pair{"train_inputs", &data.train_inputs},
+                                       std::pair{"train_labels", &data.train_labels}})
+        if (*tensor && (*tensor)->dim() == 0)
+            throw error(error_kind::invalid_data_file, "data file '" + path.string() + "': '" + name +
+                                                           "' is a scalar; store samples batched along dim 0");
     if (data.test_labels && !data.test)
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "' has 'test_labels' but no 'test'");
     if (data.test_labels && data.test && data.test_labels->size(0) != data.test->size(0))
