@@ -227,6 +227,22 @@ def quantize_static(model, engine, calibration):
     return convert_fx(prepared)
 
 
+def static_phases(model, engine, calibration):
+    """One more static quantization, timed step by step (as torch_models' phase table)."""
+    fresh = copy.deepcopy(model)
+    start = time.perf_counter()
+    prepared = prepare_fx(fresh, get_default_qconfig_mapping(engine), example_inputs=(calibration[0],))
+    prepare_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with torch.no_grad():
+        for batch in calibration:
+            prepared(batch)
+    calibrate_s = time.perf_counter() - start
+    start = time.perf_counter()
+    convert_fx(prepared)
+    return {"prepare": prepare_s, "calibrate": calibrate_s, "convert": time.perf_counter() - start}
+
+
 def quantize_dynamic_linear(model):
     return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
 
@@ -273,6 +289,7 @@ def main():
                     if mode == "static":
                         seconds, quantized = timed_quantize(model, lambda m: quantize_static(m, engine, calibration))
                         run["method"] = f"prepare_fx/convert_fx, get_default_qconfig_mapping('{engine}')"
+                        run["phases"] = static_phases(model, engine, calibration)
                     else:
                         seconds, quantized = timed_quantize(model, quantize_dynamic_linear)
                         run["method"] = "quantize_dynamic({nn.Linear}, qint8)"
@@ -291,6 +308,13 @@ def main():
                         x = data["test"][:b].contiguous()
                         run[f"float_ms_b{b}"], run[f"float_form_b{b}"] = float_latency[b]
                         run[f"quantized_ms_b{b}"], run[f"quantized_form_b{b}"] = fastest(variants, x)
+                    # versatil's lowered model in this same harness: the latency comparison without the
+                    # difference between a C++ and a Python timing loop.
+                    ours = out / name / f"versatil_{backend}_{mode}.pt"
+                    if ours.exists():
+                        lowered = torch.jit.load(str(ours)).eval()
+                        for b in (1, 8):
+                            run[f"versatil_in_python_ms_b{b}"] = median_latency_ms(lowered, data["test"][:b].contiguous())
                     print(f"  {backend:13s} {mode:8s} SQNR {run['sqnr_db']:6.2f} dB  top-1 "
                           f"{100 * run['quantized_top1']:.2f} %  quantize {seconds:.3f} s  b1 "
                           f"{run['float_ms_b1']:.3f} -> {run['quantized_ms_b1']:.3f} ms "

@@ -196,8 +196,10 @@ int main(int argc, char** argv) {
                 const bool dynamic = spec.ends_with(":dynamic");
                 const std::string backend = spec.substr(0, spec.find(':'));
                 json run = {{"backend", backend}, {"mode", dynamic ? "dynamic" : "static"}};
-                try {
-                    const runtime_quantizer quantizer = whole_model(spec);
+                // Quantizes with `used` and fills `run`; throws what the LibTorch layer throws.
+                const auto measure = [&](const std::string& used) {
+                    run["spec"] = used;
+                    const runtime_quantizer quantizer = whole_model(used);
                     // Dynamic quantization observes weights only: no calibration, as the peer's quantize_dynamic.
                     const std::vector<at::Tensor> calib_used = dynamic ? std::vector<at::Tensor>{} : calibration;
                     quantize_options q_options;
@@ -220,6 +222,10 @@ int main(int argc, char** argv) {
                     run["quantize_seconds_first"] = report.quantize_seconds;
                     run["quantize_seconds"] = quantize_seconds(model, quantizer, calib_used);
                     run["phases"] = phase_seconds(model, quantizer, calib_used);
+                    // For peer.py, which times it in its own harness too (the same loop for both models).
+                    result.model.module.save(
+                        (out / entry.name / ("versatil_" + backend + "_" + (dynamic ? "dynamic" : "static") + ".pt"))
+                            .string());
                     run["quantize_nodes"] = count_nodes(result.model.module, is_quantize_node);
                     run["dequantize_nodes"] = count_nodes(result.model.module, is_dequantize_node);
                     const engine_scope scope(engine_settings{result.model.engine, 1, std::nullopt});
@@ -229,13 +235,29 @@ int main(int argc, char** argv) {
                         run["quantized_ms_b" + std::to_string(batch)] = median_latency_ms(result.model.module, input);
                     }
                     std::printf("  %-22s SQNR %6.2f dB  top-1 %.2f %%  quantize %.3f s  b1 %.3f -> %.3f ms\n",
-                                spec.c_str(), report.sqnr_db, 100 * report.quantized_accuracy.value_or(0),
+                                used.c_str(), report.sqnr_db, 100 * report.quantized_accuracy.value_or(0),
                                 run["quantize_seconds"].get<double>(), run["float_ms_b1"].get<double>(),
                                 run["quantized_ms_b1"].get<double>());
-                } catch (const std::exception& failure) {
+                };
+                const auto first_line = [](const std::exception& failure) {
                     const std::string what = failure.what();
-                    run["error"] = what.substr(0, what.find('\n'));
-                    std::printf("  %-22s FAILED: %s\n", spec.c_str(), run["error"].get<std::string>().c_str());
+                    return what.substr(0, what.find('\n'));
+                };
+                try {
+                    measure(spec);
+                } catch (const std::exception& failure) {
+                    std::printf("  %-22s FAILED: %s\n", spec.c_str(), first_line(failure).c_str());
+                    run = {{"backend", backend}, {"mode", dynamic ? "dynamic" : "static"}, {"error", first_line(failure)}};
+                    // The documented way out when the default xnnpack composition fails: per-tensor weights
+                    // everywhere (what the peer's qnnpack qconfig uses too). Recorded as a fallback.
+                    if (spec == "xnnpack") {
+                        try {
+                            measure("xnnpack:per_tensor");
+                            run["fallback_from"] = spec;
+                        } catch (const std::exception& again) {
+                            std::printf("  %-22s FAILED: %s\n", "xnnpack:per_tensor", first_line(again).c_str());
+                        }
+                    }
                 }
                 std::fflush(stdout);
                 model_json["runs"].push_back(run);
