@@ -177,6 +177,13 @@ def twin_of(path, make):
 
 # ---- measurements, the same method as include/versatil/torch/measure.hpp --------------------------
 
+LATENCY_ROUNDS = 3  # as torch_models.cpp: the quietest of 3 medians on a shared machine
+
+
+def latency_ms(model, x):
+    return min(median_latency_ms(model, x) for _ in range(LATENCY_ROUNDS))
+
+
 def median_latency_ms(model, x, warmup=5, min_runs=20, min_seconds=0.25):
     with torch.no_grad():
         for _ in range(warmup):
@@ -216,7 +223,7 @@ def frozen_trace(model, example):
 
 def fastest(variants, x):
     """(ms, name) of the fastest of {name: model} on x: the peer is timed in whichever form suits it."""
-    return min((median_latency_ms(model, x), name) for name, model in variants.items())
+    return min((latency_ms(model, x), name) for name, model in variants.items())
 
 
 def quantize_static(model, engine, calibration):
@@ -314,7 +321,7 @@ def main():
                     if ours.exists():
                         lowered = torch.jit.load(str(ours)).eval()
                         for b in (1, 8):
-                            run[f"versatil_in_python_ms_b{b}"] = median_latency_ms(lowered, data["test"][:b].contiguous())
+                            run[f"versatil_in_python_ms_b{b}"] = latency_ms(lowered, data["test"][:b].contiguous())
                     print(f"  {backend:13s} {mode:8s} SQNR {run['sqnr_db']:6.2f} dB  top-1 "
                           f"{100 * run['quantized_top1']:.2f} %  quantize {seconds:.3f} s  b1 "
                           f"{run['float_ms_b1']:.3f} -> {run['quantized_ms_b1']:.3f} ms "
