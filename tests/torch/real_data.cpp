@@ -32,11 +32,7 @@ const trained& trained_model(const std::string& kind) {
     options.batch_size = 64;
     options.learning_rate = 2e-3;
     (void)train_classifier(model, train.images, train.labels, options);
-    quantize_data data;
-    // Calibration from training images the test set never sees.
-    data.calibration = split_batches(train.images.slice(0, 0, 512), 64);
-    data.evaluation = split_batches(test.images, 250);
-    data.evaluation_labels = test.labels;
+    quantize_data data = versatil::testing::fashion_mnist_data(train, test);
     const double accuracy = top1_accuracy(model, test.images, test.labels);
     return cache.emplace(kind, trained{model, std::move(data), accuracy}).first->second;
 }

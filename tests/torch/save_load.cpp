@@ -38,7 +38,7 @@ std::string bytes_of(const fs::path& path) {
 
 lowered_model quantized_cnn(std::string_view spec) {
     auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}, {"classifier.fc2", nullptr}});
-    return quantize_model(small_cnn_mlp(0), *quantizer, versatil::testing::smooth_batches(4, 16, 1));
+    return quantize_model(small_cnn_mlp(0), *quantizer, {versatil::testing::smooth_batches(4, 16, 1)});
 }
 
 at::Tensor run(const ::torch::jit::Module& model, const at::Tensor& input) {

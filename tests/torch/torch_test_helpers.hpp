@@ -12,6 +12,7 @@
 #include "../runtime/environment_helpers.hpp"
 #include "versatil/torch/calibrate.hpp"
 #include "versatil/torch/fashion_mnist.hpp"
+#include "versatil/torch/quantize.hpp"
 
 namespace versatil::testing {
 
@@ -40,6 +41,18 @@ inline void require_fashion_mnist() {
     const std::string missing = std::string("Fashion-MNIST is missing from ") +
                                 libtorch::default_fashion_mnist_directory + ": apt-get install dataset-fashion-mnist";
     REQUIRE_MESSAGE(libtorch::fashion_mnist_available(), missing);
+}
+
+// Fashion-MNIST as the quantize flow takes it: calibration from training images the test set
+// never sees, the test set (with labels) for evaluation, the training set for QAT.
+inline libtorch::quantize_data fashion_mnist_data(const libtorch::dataset& train, const libtorch::dataset& test) {
+    libtorch::quantize_data data;
+    data.calibration = libtorch::split_batches(train.images.slice(0, 0, 512), 64);
+    data.evaluation = libtorch::split_batches(test.images, 250);
+    data.evaluation_labels = test.labels;
+    data.train_inputs = train.images;
+    data.train_labels = train.labels;
+    return data;
 }
 
 }  // namespace versatil::testing

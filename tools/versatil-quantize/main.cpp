@@ -3,9 +3,12 @@
 //
 //   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
 //                     [--out Q.pt] [--report R.json] [--batch N] [--threads N]
+//                     [--steps N] [--lr X] [--freeze-observers-after N]
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
-// and prints the report. Exit status: 0 done, 2 bad arguments or input, 1 anything else.
+// and prints the report. Targets with the qat option are trained first (on the data file's
+// train_inputs / train_labels). Exit status: 0 done, 2 bad arguments or input, 1 anything
+// else.
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
 
@@ -58,6 +61,8 @@ inputs from_files(const std::string& model_path, const std::optional<std::string
     if (file.calib) loaded.data.calibration = split_batches(*file.calib, calibration_batch_rows);
     if (file.test) loaded.data.evaluation = split_batches(*file.test, calibration_batch_rows);
     loaded.data.evaluation_labels = file.test_labels;
+    loaded.data.train_inputs = file.train_inputs;
+    loaded.data.train_labels = file.train_labels;
     return loaded;
 }
 
@@ -88,6 +93,7 @@ int main(int argc, char** argv) {
     std::int64_t batch = 1;
     int threads = 1;
     bool per_layer = true;
+    qat_options qat;
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
     app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels");
     app.add_option("--target", target_texts,
@@ -95,9 +101,15 @@ int main(int argc, char** argv) {
                    "per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
     app.add_option("--out", out_path, "where to save the quantized TorchScript model");
     app.add_option("--report", report_path, "where to write the report as JSON");
-    app.add_option("--batch", batch, "batch size for latency")->check(CLI::PositiveNumber);
+    auto* batch_option =
+        app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat)")
+            ->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
     app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one extra quantization per layer)");
+    app.add_option("--steps", qat.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
+    app.add_option("--lr", qat.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
+    app.add_option("--freeze-observers-after", qat.freeze_observers_after,
+                   "QAT: stop moving quantization ranges after this many steps (default: never)");
     CLI11_PARSE(app, argc, argv);
 
     try {
@@ -114,7 +126,18 @@ int main(int argc, char** argv) {
             throw error(error_kind::no_calibration_data,
                         "no data: give --data with a 'calib' tensor (and 'test' to measure on held-out samples)");
 
-        const quantization_result result = quantize(in.model, *quantizer, in.data, {batch, threads, per_layer, true});
+        if (quantizer->is_qat()) qat.batch_size = batch_option->count() > 0 ? batch : 64;
+        if (quantizer->is_qat() && !model_path) {
+            // The embedded default trains on its own synthetic task: labels from a fixed random
+            // linear map of the inputs, which the float model can learn.
+            const at::Tensor inputs = at::cat(in.data.calibration);
+            const at::Generator generator = at::detail::createCPUGenerator(7);
+            const at::Tensor projection = at::randn({inputs[0].numel(), 10}, generator);
+            in.data.train_inputs = inputs;
+            in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
+        }
+        const quantization_result result =
+            quantize(in.model, *quantizer, in.data, {batch, threads, per_layer, true, qat});
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);

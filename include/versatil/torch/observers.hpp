@@ -455,6 +455,19 @@ inline std::int64_t destination_bins(dtype value) {
     return value == dtype::int32 ? std::int64_t{1} << 32 : std::int64_t{1} << 8;
 }
 
+// The spec's values into a module of the observer interface (shared with fake_quantize.hpp).
+inline void write_spec(::torch::jit::Module& module, const quantization_spec& spec) {
+    module.setattr("dtype", static_cast<std::int64_t>(quantized_scalar_type(spec.dtype)));
+    module.setattr("qscheme", static_cast<std::int64_t>(torch_qscheme(spec.qscheme)));
+    module.setattr("ch_axis", std::int64_t{is_per_channel(spec.qscheme) ? spec.ch_axis : -1});
+    module.setattr("quant_min", std::int64_t{spec.quant_min});
+    module.setattr("quant_max", std::int64_t{spec.quant_max});
+    module.setattr("eps", double{spec.eps});
+    module.setattr("symmetric", is_symmetric(spec.qscheme));
+    module.setattr("unsigned_dtype", spec.dtype == dtype::uint8);
+    if (is_moving_average(spec.observer)) module.setattr("averaging_constant", double{spec.averaging_constant});
+}
+
 }  // namespace observer_detail
 
 // An observer module for one spec, in the form LibTorch 1.13's graph-mode passes expect:
@@ -471,15 +484,7 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
                     "post-training quantization, so use a spec with is_fake_quantize = false");
 
     ::torch::jit::Module observer = observer_detail::prototype(spec.observer).deepcopy();
-    observer.setattr("dtype", static_cast<std::int64_t>(observer_detail::quantized_scalar_type(spec.dtype)));
-    observer.setattr("qscheme", static_cast<std::int64_t>(observer_detail::torch_qscheme(spec.qscheme)));
-    observer.setattr("ch_axis", std::int64_t{is_per_channel(spec.qscheme) ? spec.ch_axis : -1});
-    observer.setattr("quant_min", std::int64_t{spec.quant_min});
-    observer.setattr("quant_max", std::int64_t{spec.quant_max});
-    observer.setattr("eps", double{spec.eps});
-    observer.setattr("symmetric", is_symmetric(spec.qscheme));
-    observer.setattr("unsigned_dtype", spec.dtype == dtype::uint8);
-    if (is_moving_average(spec.observer)) observer.setattr("averaging_constant", double{spec.averaging_constant});
+    observer_detail::write_spec(observer, spec);
     if (spec.observer == observer_kind::histogram)
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
     observer_detail::reset_statistics(observer, spec.observer);

@@ -18,7 +18,7 @@
 #include "versatil/torch/engine.hpp"
 #include "versatil/torch/error.hpp"
 #include "versatil/torch/module_tree.hpp"
-#include "versatil/torch/observers.hpp"
+#include "versatil/torch/fake_quantize.hpp"
 
 namespace versatil::libtorch {
 
@@ -88,7 +88,18 @@ inline quantization_spec per_tensor_weights(quantization_spec weight) {
 }
 
 inline ::torch::jit::QConfig qconfig_for(const quantization_config& config, const quantization_spec& weight) {
-    return {make_observer(*config.input_activation), make_observer(weight)};
+    return {make_observer_or_fake_quantize(*config.input_activation), make_observer_or_fake_quantize(weight)};
+}
+
+// Folding computes new weights from the old ones, so with autograd on they come back as
+// non-leaf tensors: training could not update them. Every parameter becomes a fresh leaf,
+// trainable for QAT and frozen otherwise (calibration needs no gradients).
+inline void reset_parameters(::torch::jit::Module& model, bool trainable) {
+    for (const auto& item : model.named_modules()) {
+        ::torch::jit::Module module = item.value;
+        for (const auto& parameter : module.named_parameters(/*recurse=*/false))
+            module.setattr(parameter.name, parameter.value.detach().requires_grad_(trainable));
+    }
 }
 
 }  // namespace detail
@@ -126,7 +137,10 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_q
 
     ::torch::jit::Module clone = model.clone();
     clone.eval();  // folding and freezing need eval mode
+    // Batch norm is folded into the convolution before observers (QAT included): what is
+    // then trained is exactly what convert quantizes. See qat.hpp.
     ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+    detail::reset_parameters(folded, quantizer.is_qat());
 
     prepared_model prepared{folded, quantizer, ::torch::jit::QuantType::STATIC, engine, {}, 0.0};
     prepared.engine = engine;

@@ -14,35 +14,53 @@
 #include "versatil/torch/lower.hpp"
 #include "versatil/torch/measure.hpp"
 #include "versatil/torch/prepare.hpp"
+#include "versatil/torch/qat.hpp"
 #include "versatil/torch/report.hpp"
 
 namespace versatil::libtorch {
 
 struct quantize_data {
-    std::vector<at::Tensor> calibration;      // batches; static targets need at least one
-    std::vector<at::Tensor> evaluation;       // held-out batches; calibration data when empty
-    std::optional<at::Tensor> evaluation_labels;  // int64 class labels for every evaluation sample
+    std::vector<at::Tensor> calibration{};          // batches; static targets need at least one
+    std::vector<at::Tensor> evaluation{};           // held-out batches; calibration data when empty
+    std::optional<at::Tensor> evaluation_labels{};  // int64 class labels for every evaluation sample
+    std::optional<at::Tensor> train_inputs{};       // QAT: training samples, batched along dim 0
+    std::optional<at::Tensor> train_labels{};       // QAT: their int64 class labels
 };
 
 struct quantize_options {
     std::int64_t batch_size = 1;  // for latency
     int threads = 1;              // for latency and lowering
-    bool per_layer = true;        // per-layer SQNR (one extra quantization per layer)
+    bool per_layer = true;        // per-layer SQNR (one extra quantization per layer; not for QAT)
     bool progress = true;
+    qat_options qat{};            // QAT targets: how to train
 };
 
 struct quantization_result {
     lowered_model model;
     quantization_report report;
+    std::optional<qat_result> training;  // QAT targets: what training did
 };
 
-// prepare, calibrate, convert and lower, with nothing measured.
+// prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
 inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                    const std::vector<at::Tensor>& calibration, const quantize_options& options = {}) {
+                                    const quantize_data& data, const quantize_options& options = {},
+                                    std::optional<qat_result>* training = nullptr) {
     prepared_model prepared = prepare(model, quantizer);
-    calibrate(prepared, calibration, {options.progress});
+    if (quantizer.is_qat()) {
+        if (!data.train_inputs || !data.train_labels)
+            throw error(error_kind::no_calibration_data,
+                        "QAT targets train before converting: give training samples and labels (the data file's "
+                        "'train_inputs' and 'train_labels')");
+        qat_options qat = options.qat;
+        qat.progress = qat.progress && options.progress;
+        const qat_result trained = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+        if (training) *training = trained;
+    } else {
+        calibrate(prepared, data.calibration, {options.progress});
+    }
     lowering_options lowering;
-    if (!calibration.empty()) lowering.sample = calibration.front();
+    if (!data.calibration.empty()) lowering.sample = data.calibration.front();
+    else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
     lowering.threads = options.threads;
     return lower(convert(prepared), lowering);
 }
@@ -69,13 +87,14 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
                                               const std::vector<at::Tensor>& evaluation, int threads) {
     std::vector<layer_sqnr> layers;
     const std::size_t calibration_batches = std::min<std::size_t>(data.calibration.size(), 8);
-    const std::vector<at::Tensor> calibration(data.calibration.begin(),
-                                              data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
+    quantize_data subset;
+    subset.calibration.assign(data.calibration.begin(),
+                              data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
     for (const auto& item : model.named_modules()) {
         const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
         if (!applies || item.name.empty() || !calls_quantizable_op(item.value)) continue;
         auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
-        const lowered_model lowered = quantize_model(model, *alone, calibration, {1, threads, false, false});
+        const lowered_model lowered = quantize_model(model, *alone, subset, {1, threads, false, false});
         const engine_scope engine(engine_settings{lowered.engine, threads, std::nullopt});
         layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).sqnr_db});
     }
@@ -88,9 +107,15 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
 inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {}) {
     const auto start = std::chrono::steady_clock::now();
-    lowered_model lowered = quantize_model(model, quantizer, data.calibration, options);
+    std::optional<qat_result> training;
+    lowered_model lowered = quantize_model(model, quantizer, data, options, &training);
     quantization_report report;
     report.quantize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (training) {
+        report.qat_steps = static_cast<std::int64_t>(training->training.losses.size());
+        report.qat_seconds = training->seconds;
+        report.qat_final_loss = training->training.final_loss;
+    }
 
     for (const target_info& target : quantizer.target_infos())
         report.targets.push_back({std::string(target.path), target.is_exclude() ? "none" : std::string(target.backend->name),
@@ -135,9 +160,11 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     report.quantized_ms = median_latency_ms(lowered.module, timing);
     report.speedup = report.float_ms / report.quantized_ms;
 
-    if (options.per_layer)
+    // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
+    // per layer, so it is left to post-training runs.
+    if (options.per_layer && !quantizer.is_qat())
         report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
-    return {std::move(lowered), std::move(report)};
+    return {std::move(lowered), std::move(report), std::move(training)};
 }
 
 template <class... Targets>

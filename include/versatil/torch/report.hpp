@@ -55,7 +55,10 @@ struct quantization_report {
     double quantized_ms = 0.0;
     double speedup = 0.0;
 
-    double quantize_seconds = 0.0;  // prepare + calibrate + convert + lower
+    double quantize_seconds = 0.0;  // prepare + calibrate (or QAT training) + convert + lower
+    std::optional<std::int64_t> qat_steps;  // QAT: training steps, their time and final loss
+    std::optional<double> qat_seconds;
+    std::optional<double> qat_final_loss;
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
 };
@@ -98,6 +101,9 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"quantized_ms", report.quantized_ms},
         {"speedup", report.speedup},
         {"quantize_seconds", report.quantize_seconds},
+        {"qat_steps", report.qat_steps ? nlohmann::json(*report.qat_steps) : nlohmann::json(nullptr)},
+        {"qat_seconds", report.qat_seconds ? nlohmann::json(*report.qat_seconds) : nlohmann::json(nullptr)},
+        {"qat_final_loss", report.qat_final_loss ? nlohmann::json(*report.qat_final_loss) : nlohmann::json(nullptr)},
         {"float_accuracy", report.float_accuracy ? nlohmann::json(*report.float_accuracy) : nlohmann::json(nullptr)},
         {"quantized_accuracy",
          report.quantized_accuracy ? nlohmann::json(*report.quantized_accuracy) : nlohmann::json(nullptr)},
@@ -140,6 +146,9 @@ inline std::string format_table(const quantization_report& report) {
                        number("%.2fx", report.speedup) + ", batch " + std::to_string(report.batch_size) + ", " +
                        std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
     row("quantize time", number("%.3f s", report.quantize_seconds));
+    if (report.qat_steps)
+        row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
+                                ", final loss " + number("%.4f", *report.qat_final_loss));
     if (!report.per_layer.empty()) {
         text += "per layer (output SQNR with only that layer quantized, worst first)\n";
         for (const layer_sqnr& layer : report.per_layer)
