@@ -56,6 +56,12 @@ with tempfile.TemporaryDirectory() as scratch:
     model_digest, data_digest = digest(model), digest(data)
     out = run("--model", model, "--data", data, "--target", "=xnnpack", "--report", d / "fm.json", "--out",
               d / "fm_q.pt", "--no-per-layer", expect_text="top-1")
+    # QAT: the qat option trains on the data file's train_inputs / train_labels first.
+    run("--model", model, "--data", data, "--target", "=xnnpack:qat", "--steps", "40", "--lr", "5e-4",
+        "--report", d / "qat.json", "--no-per-layer", expect_text="QAT training")
+    qat = json.loads((d / "qat.json").read_text())
+    if qat["qat_steps"] != 40 or qat["quantized_ops"] != qat["quantizable_ops"]:
+        failures.append(f"QAT run: {qat['qat_steps']} steps, {qat['quantized_ops']}/{qat['quantizable_ops']} ops")
     fm = json.loads((d / "fm.json").read_text())
     if fm["float_accuracy"] is None or fm["quantized_accuracy"] is None:
         failures.append("accuracy missing with labelled test data")
@@ -83,6 +89,37 @@ with tempfile.TemporaryDirectory() as scratch:
         expect_text="is the input model")
     run("--model", model, "--data", data, "--target", "=xnnpack", "--target", "=x86_inductor", expect_status=2,
         expect_text="overlap")
+    # Data files with one thing wrong each, written by Debian's python3-torch.
+    def data_file(name, **tensors):
+        script = ("import sys, torch\n"
+                  "class D(torch.nn.Module):\n"
+                  "    def __init__(self, tensors):\n"
+                  "        super().__init__()\n"
+                  "        for k, v in tensors.items(): self.register_buffer(k, v)\n"
+                  "    def forward(self): return None\n"
+                  f"torch.jit.save(torch.jit.script(D({{{', '.join(f'{k!r}: {v}' for k, v in tensors.items())}}})), "
+                  "sys.argv[1])\n")
+        # From a file: torch.jit.script reads the class's source, which `python -c` has none of.
+        (d / "make_data.py").write_text(script)
+        subprocess.run(["/usr/bin/python3", d / "make_data.py", d / name], check=True, timeout=300)
+        return d / name
+    images = "torch.randn(8, 1, 28, 28)"
+    run("--model", model, "--data", data_file("test_only.pt", test=images), "--no-per-layer", expect_status=2,
+        expect_text="static quantization needs calibration batches")
+    run("--model", model, "--data", data_file("empty.pt", calib="torch.empty(0, 1, 28, 28)", test=images),
+        "--no-per-layer", expect_status=2, expect_text="'calib' ([0, 1, 28, 28] Float) holds no sample")
+    run("--model", model, "--data", data_file("inf.pt", calib="torch.full((4, 1, 28, 28), float('inf'))"),
+        "--no-per-layer", expect_status=2, expect_text="calibration batch 0 holds NaN or Inf")
+    run("--model", model, "--data", data_file("nan.pt", calib="torch.full((4, 1, 28, 28), float('nan'))"),
+        "--no-per-layer", expect_status=2, expect_text="calibration batch 0 holds NaN or Inf")
+    run("--model", model, "--data", data_file("shape.pt", calib="torch.randn(4, 3, 28, 28)"), "--no-per-layer",
+        expect_status=2, expect_text="calibration batch 0 ([4, 3, 28, 28] Float) does not fit the model")
+    run("--model", model, "--data", data_file("dtype.pt", calib="torch.ones(4, 1, 28, 28, dtype=torch.long)"),
+        "--no-per-layer", expect_status=2, expect_text="has dtype Long")
+    # An output directory nobody may write: /proc refuses new files even to root (CI runs as
+    # root, for whom a chmod 555 directory is still writable).
+    run("--model", model, "--data", data, "--out", "/proc/versatil-q.pt", "--no-per-layer", expect_status=2,
+        expect_text="cannot write '/proc/versatil-q.pt'")
     if digest(model) != model_digest or digest(data) != data_digest:
         failures.append("an input file changed")
     leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]

@@ -1,0 +1,180 @@
+// Reliability of the LibTorch layer: numerical edges (constant and all-zero inputs, an
+// all-zero weight channel, huge ranges, denormals, single-element batches) quantize with
+// finite, valid qparams; engine scopes restore every piece of process state when an
+// exception leaves nested scopes; odd but well-formed data files get a typed error.
+#include "doctest_with_torch.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+
+#include "torch_test_helpers.hpp"
+#include "versatil/torch.hpp"
+#include "versatil/torch/data_file.hpp"
+#include "versatil/torch/models.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+using versatil::testing::smooth_images;
+
+namespace {
+
+runtime_quantizer whole_model(std::string_view spec) {
+    auto composed = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
+    REQUIRE(composed.has_value());
+    return *composed;
+}
+
+// Every scale the converted model holds (activation scales as doubles, per-channel weight
+// scales as tensors) is finite and positive, and every zero point lies in its dtype's range.
+int check_qparams(const ::torch::jit::Module& converted) {
+    int checked = 0;
+    for (const ::torch::jit::Module& module : converted.modules()) {
+        for (const auto& attribute : module.named_attributes(/*recurse=*/false)) {
+            const bool is_scale = attribute.name.find("_scale") != std::string::npos;
+            const bool is_zero_point = attribute.name.find("_zero_point") != std::string::npos;
+            if (!is_scale && !is_zero_point) continue;
+            CAPTURE(attribute.name);
+            // per-channel qparams are tensors; per-tensor scales doubles and zero points ints
+            const at::Tensor value = attribute.value.isTensor() ? attribute.value.toTensor().to(at::kDouble)
+                                     : attribute.value.isDouble()
+                                         ? at::scalar_tensor(attribute.value.toDouble(), at::kDouble)
+                                         : at::scalar_tensor(static_cast<double>(attribute.value.toInt()), at::kDouble);
+            if (is_scale) {
+                CHECK(at::isfinite(value).all().item<bool>());
+                CHECK(value.gt(0.0).all().item<bool>());
+            } else {
+                CHECK(value.ge(-128.0).all().item<bool>());
+                CHECK(value.le(255.0).all().item<bool>());
+            }
+            ++checked;
+        }
+    }
+    return checked;
+}
+
+struct numerical_case {
+    const char* name;
+    std::vector<at::Tensor> calibration;
+    at::Tensor sample;
+    bool zero_weight_channels = false;
+};
+
+}  // namespace
+
+TEST_CASE("numerical edges quantize with finite, valid qparams and finite outputs") {
+    const float denormal = std::numeric_limits<float>::denorm_min() * 1000.0F;  // about 1.4e-42
+    REQUIRE(std::fpclassify(denormal) == FP_SUBNORMAL);
+    const at::Tensor images = smooth_images(8, 11);
+    const std::vector<numerical_case> cases{
+        {"constant inputs (min == max)", {at::full({8, 1, 28, 28}, 0.5F)}, at::full({2, 1, 28, 28}, 0.5F)},
+        {"all-zero inputs", {at::zeros({8, 1, 28, 28})}, at::zeros({2, 1, 28, 28})},
+        {"all-zero weight channels", {images}, images.slice(0, 0, 2), true},
+        {"huge range", {images * 1e25F}, images.slice(0, 0, 2) * 1e25F},
+        {"denormal inputs", {images.sign() * denormal}, images.slice(0, 0, 2).sign() * denormal},
+        {"single-element batches", split_batches(images, 1), images.slice(0, 0, 1)},
+    };
+    for (const char* spec : {"x86_inductor", "xnnpack"}) {
+        for (const numerical_case& c : cases) {
+            CAPTURE(spec);
+            CAPTURE(c.name);
+            ::torch::jit::Module model = small_cnn_mlp(3);
+            if (c.zero_weight_channels) {
+                const ::torch::NoGradGuard no_grad;
+                find_submodule(model, "features.0").attr("weight").toTensor()[0].zero_();   // a conv output channel
+                find_submodule(model, "classifier.fc1").attr("weight").toTensor()[5].zero_();  // a linear row
+            }
+            prepared_model prepared = prepare(model, whole_model(spec));
+            calibrate(prepared, c.calibration, {false});
+            const converted_model converted = convert(prepared);
+            CHECK(check_qparams(converted.module) >= 8);  // input, activations and weights of 4 layers
+            const lowered_model lowered = lower(converted, {c.sample, 1});
+            const engine_scope scope(lowered.engine);
+            const ::torch::NoGradGuard no_grad;
+            ::torch::jit::Module module = lowered.module;
+            const at::Tensor output = module.forward({c.sample}).toTensor();
+            CHECK(output.size(0) == c.sample.size(0));
+            CHECK(at::isfinite(output).all().item<bool>());
+        }
+    }
+}
+
+TEST_CASE("quantize() with one single-element batch reports finite figures") {
+    quantize_data data;
+    data.calibration = {smooth_images(1, 4)};
+    const quantization_result result = quantize(small_cnn_mlp(1), whole_model("xnnpack"), data, {1, 1, false, false});
+    CHECK(std::isfinite(result.report.max_abs_diff));
+    CHECK(result.report.quantized_ops == 4);
+}
+
+TEST_CASE("an exception leaving nested engine scopes restores engine, threads and denormal mode in order") {
+    at::globalContext().setQEngine(at::QEngine::ONEDNN);
+    at::set_num_threads(1);
+    at::globalContext().setFlushDenormal(false);
+    const auto state = [] {
+        return engine_name(at::globalContext().qEngine()) + "/" + std::to_string(at::get_num_threads()) + "/" +
+               (flush_denormal_state().value_or(false) ? "flush" : "keep");
+    };
+    REQUIRE(state() == "onednn/1/keep");
+    std::vector<std::string> seen;
+    try {
+        const engine_scope outer(engine_settings{at::QEngine::QNNPACK, 2, true});
+        seen.push_back(state());
+        {
+            const engine_scope inner(engine_settings{at::QEngine::ONEDNN, 1, false});
+            seen.push_back(state());
+        }
+        seen.push_back(state());  // the inner scope's end gives back the outer scope's state
+        const engine_scope inner(engine_settings{at::QEngine::ONEDNN, 1, std::nullopt});
+        seen.push_back(state());
+        throw std::runtime_error("fault inside nested scopes");
+    } catch (const std::runtime_error&) {
+        seen.push_back(state());
+    }
+    CHECK(seen == std::vector<std::string>{"qnnpack/2/flush", "onednn/1/keep", "qnnpack/2/flush", "onednn/1/flush",
+                                           "onednn/1/keep"});
+}
+
+TEST_CASE("an exception inside an engine scope and a backend environment restores both") {
+    const versatil::testing::variable_fixture freezing("TORCHINDUCTOR_FREEZING", std::nullopt);
+    const versatil::testing::variable_fixture cuda("CUDA_VISIBLE_DEVICES", "1");
+    at::globalContext().setQEngine(at::QEngine::QNNPACK);
+    const runtime_quantizer quantizer = whole_model("x86_inductor");
+    CHECK_THROWS_AS(([&] {
+                        const auto environment = quantizer.environment_context();
+                        const engine_scope engine(at::QEngine::ONEDNN);
+                        REQUIRE(versatil::testing::read_variable("TORCHINDUCTOR_FREEZING") == "1");
+                        throw std::runtime_error("fault");
+                    }()),
+                    std::runtime_error);
+    CHECK(engine_name(at::globalContext().qEngine()) == "qnnpack");
+    CHECK_FALSE(versatil::testing::read_variable("TORCHINDUCTOR_FREEZING").has_value());
+    CHECK(versatil::testing::read_variable("CUDA_VISIBLE_DEVICES") == "1");
+    at::globalContext().setQEngine(at::QEngine::ONEDNN);
+}
+
+TEST_CASE("a data file whose tensors have no batch dimension gets a typed error") {
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("versatil-reliability-" + std::to_string(::getpid()) + ".pt");
+    const at::Tensor test = at::randn({2, 1, 28, 28});
+    for (const auto& [name, file] : std::vector<std::pair<const char*, data_file>>{
+             // at::tensor(1) has shape [1]; at::scalar_tensor is the 0-d tensor meant here
+             {"scalar labels", {std::nullopt, test, at::scalar_tensor(1, at::kLong), std::nullopt, std::nullopt}},
+             {"scalar test and labels",
+              {std::nullopt, at::scalar_tensor(1.0), at::scalar_tensor(1, at::kLong), std::nullopt, std::nullopt}},
+         }) {
+        CAPTURE(name);
+        save_data_file(file, path);
+        try {
+            (void)load_data_file(path);
+            FAIL("must throw");
+        } catch (const error& failure) {
+            CHECK(failure.kind() == error_kind::invalid_data_file);
+            CHECK(std::string(failure.what()).find(path.string()) != std::string::npos);
+        }
+    }
+    std::filesystem::remove(path);
+}
