@@ -253,3 +253,14 @@ TEST_CASE("compile-time quantizers drive the same flow") {
     CHECK(count_kind(result.model.module, "aten::linear") == 1);
     CHECK(result.report.sqnr_db > static_sqnr_floor_db);
 }
+
+TEST_CASE("attention's q/k/v projections share one input and one QConfig under xnnpack's per-tensor linear fallback") {
+    for (const std::int64_t layers : {1, 2}) {
+        CAPTURE(layers);
+        const quantization_result result = quantize(transformer_encoder(0, 64, 4, layers), compose({{"", backend("xnnpack")}}),
+                                                    synthetic_data(), {1, 1, false, false});
+        CHECK(result.report.quantized_ops == result.report.quantizable_ops);
+        CHECK(result.report.adjustments.size() == static_cast<std::size_t>(result.report.quantizable_ops));
+        CHECK(result.report.sqnr_db > 20.0);
+    }
+}

@@ -41,9 +41,12 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
     auto graph = lowered.get_method("forward").graph();
     ::torch::jit::FuseQuantizedAddRelu(graph);
     if (options.sample) {
+        // On a deep copy (fresh packed weights): oneDNN's quantized conv keeps the primitive
+        // of its first input shape, so a check at the sample's batch size would slow every
+        // later call at another one.
         const ::torch::NoGradGuard no_grad;
         try {
-            lowered.forward({*options.sample});
+            lowered.deepcopy().forward({*options.sample});
         } catch (const std::exception& failure) {
             throw error(error_kind::lowering_failed, "the " + engine_name(converted.engine) +
                                                          " engine cannot run the lowered model: " +

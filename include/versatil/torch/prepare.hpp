@@ -10,6 +10,8 @@
 #include <torch/script.h>
 
 #include <chrono>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,8 +107,17 @@ inline void reset_parameters(::torch::jit::Module& model, bool trainable) {
 }  // namespace detail
 
 // Builds the per-path QConfig map for `quantizer` on `model`; records adjustments.
+//
+// LibTorch tells QConfigs apart by the observer objects they hold: modules sharing a class
+// type, or layers reading one value (attention's q/k/v projections), must get the very same
+// QConfig. So each target's QConfigs are made once and reused for every path under it.
 inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                               std::vector<adjustment>& adjustments) {
+    struct target_qconfigs {
+        ::torch::jit::QConfig standard;
+        std::optional<::torch::jit::QConfig> per_tensor_linear;  // made on first use
+    };
+    std::map<std::string, target_qconfigs, std::less<>> by_target;
     ::torch::jit::QConfigDict dict;
     dict[""] = c10::nullopt;  // outside every target: float
     for (const target_info& target : quantizer.target_infos()) {
@@ -115,13 +126,19 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
             continue;
         }
         const quantization_config& config = target.backend->config;
-        dict[std::string(target.path)] = detail::qconfig_for(config, *config.weight);
+        const ::torch::jit::QConfig standard = detail::qconfig_for(config, *config.weight);
+        by_target.emplace(std::string(target.path), target_qconfigs{standard, std::nullopt});
+        dict[std::string(target.path)] = standard;
     }
     for (const auto& item : model.named_modules()) {
         const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
         if (!applies || !detail::needs_per_tensor_linear(*applies) || !detail::calls_linear(item.value)) continue;
-        const quantization_config& config = applies->config();
-        dict[item.name] = detail::qconfig_for(config, detail::per_tensor_weights(*config.weight));
+        target_qconfigs& qconfigs = by_target.find(applies->module_path)->second;
+        if (!qconfigs.per_tensor_linear)
+            qconfigs.per_tensor_linear = ::torch::jit::QConfig{
+                std::get<0>(qconfigs.standard),
+                make_observer_or_fake_quantize(detail::per_tensor_weights(*applies->config().weight))};
+        dict[item.name] = *qconfigs.per_tensor_linear;
         adjustments.push_back({item.name, "per-tensor symmetric weights: XNNPACK's int8 linear kernel in this "
                                           "LibTorch has no per-channel variant"});
     }
