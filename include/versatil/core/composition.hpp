@@ -3,10 +3,12 @@
 // compiling) and `runtime_quantizer` (paths known at run time) apply the very same rules.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "versatil/core/backend_descriptor.hpp"
 #include "versatil/core/device.hpp"
@@ -86,22 +88,65 @@ constexpr std::optional<std::size_t> first_quantizing(std::span<const target_inf
     return std::nullopt;
 }
 
-constexpr composition_check find_environment_conflict(std::span<const target_info> targets) noexcept {
+// The distinct backends of the quantizing targets, with the first target using each: the
+// environment rules compare backends, and there are far fewer of those than targets.
+struct backend_use {
+    const backend_descriptor* backend;
+    std::size_t first_target;
+};
+
+constexpr std::vector<backend_use> distinct_backends(std::span<const target_info> targets) {
+    std::vector<backend_use> uses;
     for (std::size_t i = 0; i < targets.size(); ++i) {
         if (targets[i].is_exclude()) continue;
-        for (std::size_t j = i + 1; j < targets.size(); ++j) {
-            if (targets[j].is_exclude() || targets[i].backend == targets[j].backend) continue;
-            for (const environment_assignment& a : targets[i].backend->environment)
-                for (const environment_assignment& b : targets[j].backend->environment)
-                    if (a.name == b.name && a.value != b.value)
-                        return {composition_rule::environments_must_agree, i, j, a.name};
-        }
+        bool seen = false;
+        for (const backend_use& use : uses) seen = seen || use.backend == targets[i].backend;
+        if (!seen) uses.push_back({targets[i].backend, i});
     }
+    return uses;
+}
+
+constexpr composition_check find_environment_conflict(std::span<const target_info> targets) {
+    const std::vector<backend_use> uses = distinct_backends(targets);
+    for (std::size_t i = 0; i < uses.size(); ++i)
+        for (std::size_t j = i + 1; j < uses.size(); ++j)
+            for (const environment_assignment& a : uses[i].backend->environment)
+                for (const environment_assignment& b : uses[j].backend->environment)
+                    if (a.name == b.name && a.value != b.value)
+                        return {composition_rule::environments_must_agree, uses[i].first_target, uses[j].first_target,
+                                a.name};
     return {};
+}
+
+// Overlaps in O(N log N): in path order a target's descendants follow it directly ('.' sorts
+// before every other path character), so one pass with a stack of the paths that contain
+// the current one meets every overlapping pair.
+constexpr composition_check find_overlap(std::span<const target_info> targets) {
+    std::vector<std::size_t> order(targets.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&targets](std::size_t a, std::size_t b) {
+        return targets[a].path < targets[b].path || (targets[a].path == targets[b].path && a < b);
+    });
+    composition_check stray_exclude;
+    std::vector<std::size_t> enclosing;
+    for (const std::size_t current : order) {
+        while (!enclosing.empty() && !contains(targets[enclosing.back()].path, targets[current].path))
+            enclosing.pop_back();
+        bool inside_quantizing = false;
+        for (const std::size_t outer : enclosing) {
+            if (!may_overlap(targets[outer], targets[current]))
+                return {composition_rule::targets_must_not_overlap, std::min(outer, current), std::max(outer, current)};
+            inside_quantizing = inside_quantizing || !targets[outer].is_exclude();
+        }
+        if (targets[current].is_exclude() && !inside_quantizing && stray_exclude.rule == composition_rule::ok)
+            stray_exclude = {composition_rule::exclude_must_sit_inside_a_target, current, current};
+        enclosing.push_back(current);
+    }
+    return stray_exclude;
 }
 }  // namespace detail
 
-constexpr composition_check check_composition(std::span<const target_info> targets) noexcept {
+constexpr composition_check check_composition(std::span<const target_info> targets) {
     using enum composition_rule;
     for (std::size_t i = 0; i < targets.size(); ++i)
         if (const path_check path = check_module_path(targets[i].path); !path)
@@ -110,18 +155,7 @@ constexpr composition_check check_composition(std::span<const target_info> targe
     const std::optional<std::size_t> lead = detail::first_quantizing(targets);
     if (!lead) return {needs_a_quantizing_target};
 
-    for (std::size_t i = 0; i < targets.size(); ++i)
-        for (std::size_t j = i + 1; j < targets.size(); ++j)
-            if (overlaps(targets[i].path, targets[j].path) && !detail::may_overlap(targets[i], targets[j]))
-                return {targets_must_not_overlap, i, j};
-
-    for (std::size_t i = 0; i < targets.size(); ++i) {
-        if (!targets[i].is_exclude()) continue;
-        bool inside = false;
-        for (const target_info& other : targets)
-            inside = inside || (!other.is_exclude() && detail::strictly_inside(other.path, targets[i].path));
-        if (!inside) return {exclude_must_sit_inside_a_target, i, i};
-    }
+    if (const composition_check overlap = detail::find_overlap(targets); !overlap) return overlap;
 
     const backend_descriptor& first = *targets[*lead].backend;
     device_set devices = first.supported_device_types;
@@ -176,17 +210,15 @@ constexpr std::optional<std::size_t> find_target(std::span<const target_info> ta
 // Calls `visit(assignment)` once per distinct environment assignment, in target order.
 template <class Visitor>
 constexpr void for_each_environment_assignment(std::span<const target_info> targets, Visitor&& visit) {
-    for (std::size_t i = 0; i < targets.size(); ++i) {
-        if (targets[i].is_exclude()) continue;
-        for (const environment_assignment& assignment : targets[i].backend->environment) {
+    const std::vector<detail::backend_use> uses = detail::distinct_backends(targets);
+    for (std::size_t i = 0; i < uses.size(); ++i)
+        for (const environment_assignment& assignment : uses[i].backend->environment) {
             bool seen = false;
             for (std::size_t j = 0; j < i && !seen; ++j)
-                if (!targets[j].is_exclude())
-                    for (const environment_assignment& earlier : targets[j].backend->environment)
-                        seen = seen || earlier == assignment;
+                for (const environment_assignment& earlier : uses[j].backend->environment)
+                    seen = seen || earlier == assignment;
             if (!seen) visit(assignment);
         }
-    }
 }
 
 }  // namespace versatil
