@@ -202,6 +202,32 @@ int main(int argc, char** argv) {
                                {"final_loss", trained.final_loss},
                                {"float_top1", float_top1},
                                {"float_bytes", serialized_bytes(model)}};
+            // QAT (issue 4): one training step with fake quantization against the same float step,
+            // batch 64, one thread; 5 warm-up steps, then the mean of 30.
+            {
+                const auto step_ms = [&](::torch::jit::Module module) {
+                    training_options o;
+                    o.batch_size = 64;
+                    o.learning_rate = 1e-4;
+                    o.num_threads = 1;
+                    o.steps = 5;
+                    (void)train_classifier(module, train.images, train.labels, o);
+                    o.steps = 30;
+                    const auto begin = std::chrono::steady_clock::now();
+                    (void)train_classifier(module, train.images, train.labels, o);
+                    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
+                           30.0;
+                };
+                json qat = {{"float_step_ms", step_ms(model.clone())}};
+                for (const std::string backend : {"x86_inductor", "xnnpack"}) {
+                    prepared_model prepared = prepare(model, whole_model(backend + ":qat"));
+                    qat[backend + "_step_ms"] = step_ms(prepared.module);
+                }
+                std::printf("  QAT step: float %.1f ms, x86_inductor:qat %.1f ms, xnnpack:qat %.1f ms\n",
+                            qat["float_step_ms"].get<double>(), qat["x86_inductor_step_ms"].get<double>(),
+                            qat["xnnpack_step_ms"].get<double>());
+                model_json["qat"] = qat;
+            }
             for (const std::string& spec : specs) {
                 const bool dynamic = spec.ends_with(":dynamic");
                 const std::string backend = spec.substr(0, spec.find(':'));
