@@ -443,12 +443,12 @@ def why_section(summary, slopes):
             "for every linear path.")
     if slopes and max(x for _, _, x in slopes) > 1.2:
         lines.append(
-            "- **Compile time grows faster than linearly at large N.** `check_composition` "
-            "(`include/versatil/core/composition.hpp`) compares every pair of targets for overlap, checks every "
-            "Exclude against every target and every environment assignment against the earlier ones: O(N²) "
-            "steps in the constant evaluator. Below ~32 targets the umbrella include dominates; at 128 the pairs "
-            "do. Sorting the paths (constexpr `std::sort`) and checking nesting with a stack would make it "
-            "O(N log N).")
+            "- **Compile time grows faster than linearly at large N.** The composition rules "
+            "(`check_composition`, `include/versatil/core/composition.hpp`) run in O(N log N) in the constant "
+            "evaluator (one pass over the sorted paths); what else grows with N is the compiler's work on N "
+            "distinct `Target` types and their descriptors. Below ~32 targets the umbrella include dominates, "
+            "and on this shared machine single compiles vary by tens of percent, so the exponents between "
+            "neighbouring N are noisy.")
     lat = [s for s in summary if s["v"] and s["p"] and s["r1"] and (s["r1"] > 1.1 or (s["r8"] or 0) > 1.1)]
     if lat:
         def in_harness(s):
@@ -459,19 +459,13 @@ def why_section(summary, slopes):
         lines.append(
             "- **Latency losses.** Rows slower than the peer by more than 10 %: " + "; ".join(in_harness(s) for s in lat)
             + ". The second pair of ratios times versatil's saved lowered model in the peer's own Python loop, "
-            "freshly loaded, right after the peer's model. Where the loss shrinks there, the cause is not the "
-            "graph (versatil's keeps no more quantize / dequantize round trips than the peer's: phase table) but "
-            "LibTorch 1.13's oneDNN quantized convolution, which caches one oneDNN primitive per packed weight, "
-            "for the input shape of its first call, and rebuilds the primitive on every call of any other shape. "
-            "versatil's `lower()` proves the lowered model runs with one forward on the first calibration batch "
-            "(32 images) and `quantize()` then evaluates in batches of 250, so the in-memory model the C++ loop "
-            "times is pinned to batch 32 and pays primitive creation on every batch-1 and batch-8 call; the "
-            "reloaded copy is pinned to batch 1, its first call in the peer's loop, as is the peer's traced "
-            "model (traced at batch 1). A user who saves and reloads, or whose first call has the serving batch "
-            "size, gets the fast path; a fix in the LibTorch layer would run the proof forward on a throwaway "
-            "copy (save and reload) or at the batch size the model will serve. On this shared 2-core machine "
-            "differences up to ~10–20 % between runs of the same model are also noise (compare the float "
-            "columns, which time the same float model for several rows).")
+            "freshly loaded, right after the peer's model. LibTorch 1.13's oneDNN quantized convolution caches "
+            "one oneDNN primitive per packed weight, for the input shape of its first call, and rebuilds it on "
+            "every call of any other shape; versatil's lower() and quantize() therefore run their checks and "
+            "evaluation on deep copies, and the C++ loop times a fresh copy whose first call has the timed "
+            "batch size. On this shared 2-core machine differences up to ~10–20 % between runs of the same "
+            "model are also noise (compare the float columns, which time the same float model for several "
+            "rows).")
     return lines + [""]
 
 

@@ -142,7 +142,9 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     float_model.eval();
     const engine_scope engine(engine_settings{lowered.engine, options.threads, std::nullopt});
     const at::Tensor reference = run_batches(float_model, evaluation);
-    const at::Tensor quantized = run_batches(lowered.module, evaluation);
+    // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the
+    // primitive of its first input shape, and the returned model should keep none.
+    const at::Tensor quantized = run_batches(lowered.module.deepcopy(), evaluation);
     report.evaluation_samples = reference.size(0);
     const output_comparison comparison = compare_outputs(reference, quantized);
     report.max_abs_diff = comparison.max_abs_diff;
@@ -157,7 +159,7 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     report.threads = options.threads;
     const at::Tensor timing = detail::timing_batch(evaluation, options.batch_size);
     report.float_ms = median_latency_ms(float_model, timing);
-    report.quantized_ms = median_latency_ms(lowered.module, timing);
+    report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
     report.speedup = report.float_ms / report.quantized_ms;
 
     // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
