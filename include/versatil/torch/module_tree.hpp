@@ -87,6 +87,21 @@ inline device_set model_devices(const ::torch::jit::Module& model, std::string* 
     return any ? devices : device_set{device_type::cpu};
 }
 
+// Makes every parameter a fresh leaf tensor, trainable or not. Module::clone and
+// FoldConvBatchNorm compute parameters from the old ones, so with autograd on they come back
+// as non-leaf tensors that an optimizer cannot update.
+inline void reset_parameters(::torch::jit::Module& model, bool trainable) {
+    for (const auto& item : model.named_modules()) {
+        ::torch::jit::Module module = item.value;
+        for (const auto& parameter : module.named_parameters(/*recurse=*/false)) {
+            if (parameter.value.is_leaf())
+                parameter.value.requires_grad_(trainable);  // keeps the tensor others may hold
+            else
+                module.setattr(parameter.name, parameter.value.detach().requires_grad_(trainable));
+        }
+    }
+}
+
 // Checks that every target path names a submodule and that the model lives where every
 // backend runs.
 inline void check_model_fits(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {

@@ -93,17 +93,6 @@ inline ::torch::jit::QConfig qconfig_for(const quantization_config& config, cons
     return {make_observer_or_fake_quantize(*config.input_activation), make_observer_or_fake_quantize(weight)};
 }
 
-// Folding computes new weights from the old ones, so with autograd on they come back as
-// non-leaf tensors: training could not update them. Every parameter becomes a fresh leaf,
-// trainable for QAT and frozen otherwise (calibration needs no gradients).
-inline void reset_parameters(::torch::jit::Module& model, bool trainable) {
-    for (const auto& item : model.named_modules()) {
-        ::torch::jit::Module module = item.value;
-        for (const auto& parameter : module.named_parameters(/*recurse=*/false))
-            module.setattr(parameter.name, parameter.value.detach().requires_grad_(trainable));
-    }
-}
-
 }  // namespace detail
 
 // Builds the per-path QConfig map for `quantizer` on `model`; records adjustments.
@@ -157,7 +146,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_q
     // Batch norm is folded into the convolution before observers (QAT included): what is
     // then trained is exactly what convert quantizes. See qat.hpp.
     ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
-    detail::reset_parameters(folded, quantizer.is_qat());
+    reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
 
     prepared_model prepared{folded, quantizer, ::torch::jit::QuantType::STATIC, engine, {}, 0.0};
     prepared.engine = engine;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/module_tree.hpp"
 
 namespace versatil::libtorch {
 
@@ -98,11 +99,9 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
                     "train_classifier: steps, batch_size and learning_rate must be positive");
 
     const detail::scoped_num_threads threads(options.num_threads);
+    reset_parameters(model, /*trainable=*/true);  // a cloned model's parameters are not leaves
     std::vector<at::Tensor> parameters;
-    for (const auto& parameter : model.parameters()) {
-        parameter.requires_grad_(true);
-        parameters.push_back(parameter);
-    }
+    for (const auto& parameter : model.parameters()) parameters.push_back(parameter);
     if (parameters.empty()) throw error(error_kind::invalid_argument, "train_classifier: the model has no parameters");
 
     std::unique_ptr<::torch::optim::Optimizer> optimizer;
