@@ -78,7 +78,7 @@ inline constexpr backend_descriptor descriptor_of{Policy::name,   Policy::is_dyn
                                                   Policy::supported_device_types, Policy::config,
                                                   Policy::environment, Policy::options};
 
-// Implements the contract's functions for `Policy` (CRTP, no virtual function): the
+// Implements the contract's functions for `Policy` (CRTP, resolved at compile time): the
 // functions are static, so a policy is used as a type (`XNNPACK<>::create_quantizer("")`)
 // or through a value of it alike.
 template <class Policy>

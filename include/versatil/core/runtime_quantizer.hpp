@@ -1,6 +1,6 @@
 // Composition of targets whose paths are known only at run time (a config file, a command
 // line): the same rules as Quantizer<...>, reported as a composition_error instead of a
-// compile error. Still no virtual dispatch: each target points at a backend's constexpr
+// compile error. Still no dynamic dispatch: each target points at a backend's constexpr
 // descriptor.
 #pragma once
 

@@ -46,8 +46,7 @@ inline std::string observe_source(observer_kind kind) {
     std::string source(observer_detail::statistics_source(kind));
     const std::string forward = "def forward(self, x_orig: Tensor) -> Tensor:";
     source.replace(source.find(forward), forward.size(), "def _observe(self, x_orig: Tensor) -> Tensor:");
-    if (kind == observer_kind::moving_average_min_max) source += observer_detail::per_tensor_range_source;
-    return source;
+    return source + std::string(observer_detail::range_source(kind));
 }
 
 inline ::torch::jit::Module compile_prototype(observer_kind kind) {

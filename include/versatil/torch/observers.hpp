@@ -107,8 +107,21 @@ def forward(self, x_orig: Tensor) -> Tensor:
 
 )JIT";
 
+// What every per-channel statistic shares: reset, and qparams from the running min / max
+// (empty min/max means nothing observed yet).
+inline constexpr std::string_view per_channel_range_source = R"JIT(
+def reset_min_max_vals(self):
+    self.min_val = torch.zeros([0])
+    self.max_val = torch.zeros([0])
+
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    if self.min_val.numel() == 0:
+        return self._unobserved_qparams()
+    return self._choose_qparams(self.min_val, self.max_val)
+)JIT";
+
 // Per channel: move ch_axis to the front and flatten the rest (PyTorch permutes 0 and
-// ch_axis, which is this transpose). Empty min/max means nothing observed yet.
+// ch_axis, which is this transpose).
 inline constexpr std::string_view per_channel_min_max_source = R"JIT(
 def forward(self, x_orig: Tensor) -> Tensor:
     if x_orig.numel() == 0:
@@ -123,14 +136,6 @@ def forward(self, x_orig: Tensor) -> Tensor:
         self.max_val = torch.max(current_max, self.max_val)
     return x_orig
 
-def reset_min_max_vals(self):
-    self.min_val = torch.zeros([0])
-    self.max_val = torch.zeros([0])
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    if self.min_val.numel() == 0:
-        return self._unobserved_qparams()
-    return self._choose_qparams(self.min_val, self.max_val)
 )JIT";
 
 inline constexpr std::string_view moving_average_per_channel_source = R"JIT(
@@ -147,14 +152,6 @@ def forward(self, x_orig: Tensor) -> Tensor:
         self.max_val = self.max_val + self.averaging_constant * (current_max - self.max_val)
     return x_orig
 
-def reset_min_max_vals(self):
-    self.min_val = torch.zeros([0])
-    self.max_val = torch.zeros([0])
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    if self.min_val.numel() == 0:
-        return self._unobserved_qparams()
-    return self._choose_qparams(self.min_val, self.max_val)
 )JIT";
 
 // A line-by-line port of PyTorch 1.13's HistogramObserver (same tensor ops, same float32 /
@@ -361,6 +358,20 @@ inline std::string_view statistics_source(observer_kind kind) {
     throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
 }
 
+// The reset and qparams methods a kind's statistics share with its siblings (the histogram
+// and the placeholder define their own).
+inline std::string_view range_source(observer_kind kind) {
+    switch (kind) {
+        case observer_kind::min_max:
+        case observer_kind::moving_average_min_max: return per_tensor_range_source;
+        case observer_kind::per_channel_min_max:
+        case observer_kind::moving_average_per_channel_min_max: return per_channel_range_source;
+        case observer_kind::histogram:
+        case observer_kind::placeholder: return {};
+    }
+    return {};
+}
+
 // Fresh statistics: nothing observed. Per tensor, min = inf and max = -inf (min > max is
 // the "unobserved" signal); per channel, empty tensors (the channel count comes with the
 // first batch).
@@ -400,9 +411,7 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
         observer.register_buffer("min_val", ::torch::zeros({0}));
         observer.register_buffer("max_val", ::torch::zeros({0}));
     }
-    const bool per_tensor_range = kind == observer_kind::min_max || kind == observer_kind::moving_average_min_max;
-    observer.define(std::string(qparams_source) + std::string(unobserved_source) +
-                    std::string(per_tensor_range ? per_tensor_range_source : "") +
+    observer.define(std::string(qparams_source) + std::string(unobserved_source) + std::string(range_source(kind)) +
                     std::string(statistics_source(kind)));
     observer.eval();
     return observer;
