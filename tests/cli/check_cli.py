@@ -79,9 +79,17 @@ with tempfile.TemporaryDirectory() as scratch:
         expect_text="different quantized engines")
     run("--model", d / "absent.pt", expect_status=2, expect_text="does not exist")
     (d / "corrupt.pt").write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    run("--model", d / "corrupt.pt", "--data", data, expect_status=2, expect_text="not a valid TorchScript model")
+    run("--model", d / "corrupt.pt", "--data", data, expect_status=2, expect_text="not a readable TorchScript archive")
     (d / "corrupt_data.pt").write_bytes(b"\x00garbage")
-    run("--model", model, "--data", d / "corrupt_data.pt", expect_status=2, expect_text="not a readable TorchScript file")
+    run("--model", model, "--data", d / "corrupt_data.pt", expect_status=2, expect_text="not a readable TorchScript archive")
+    # The fuzzer's finding: an intact archive whose pickle names memo entry 1.6 billion (LibTorch
+    # would allocate 26 GB for it), as model and as data; the file is read, never changed.
+    lying = Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "model_file" / "memo_index_26gb.pt"
+    before = digest(lying)
+    run("--model", lying, "--data", data, expect_status=2, expect_text="memo index")
+    run("--model", model, "--data", lying, expect_status=2, expect_text="memo index")
+    if digest(lying) != before:
+        failures.append(f"{lying} changed")
     run("--model", model, expect_status=2, expect_text="no data")
     run("--model", model, "--data", data, "--out", d / "no-such-dir" / "q.pt", "--no-per-layer", expect_status=2,
         expect_text="does not exist")

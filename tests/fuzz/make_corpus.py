@@ -4,6 +4,8 @@ and without versatil metadata, data files, and broken variants, for fuzz_model_f
 target specs for the core's fuzzers. Needs Debian's python3-torch (/usr/bin/python3). Usage: make_corpus.py CORPUS_DIR"""
 import io
 import json
+import struct
+import zipfile
 import sys
 from pathlib import Path
 
@@ -52,6 +54,34 @@ write("model_file", "data.pt", saved(Data({"calib": torch.randn(3, 2), "test": t
                                            "test_labels": torch.tensor([0, 1])})))
 write("model_file", "data_scalar_labels.pt", saved(Data({"test": torch.randn(2, 2), "test_labels": torch.tensor(1)})))
 write("model_file", "truncated.pt", model[: len(model) // 2])
+
+
+def rewritten(archive, edit):
+    """The archive with edit(name, bytes) applied to each record, rezipped with valid CRCs:
+    files that are intact as zip archives but lie inside, as the fuzzer's findings did."""
+    source, buffer = zipfile.ZipFile(io.BytesIO(archive)), io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, edit(info.filename, source.read(info)))
+    return buffer.getvalue()
+
+
+def huge_memo_index(name, data):
+    """LONG_BINPUT 1633907551 after the first 'training' key: LibTorch would grow its memo to 26 GB."""
+    if not name.endswith("/data.pkl"):
+        return data
+    put = data.index(b"trainingq") + 8
+    return data[:put] + b"r" + struct.pack("<I", 1633907551) + data[put + 5:]
+
+
+def untyped_class_attribute(name, data):
+    """`__parametels__ = []`: a class attribute with no annotation, which LibTorch 1.13's
+    parseClassConstant dereferences as if it had one (a segfault, found by the fuzzer)."""
+    return data.replace(b"__parameters__ = ", b"__parametels__ = ") if name.endswith(".py") else data
+
+
+write("model_file", "memo_index_26gb.pt", rewritten(model, huge_memo_index))
+write("model_file", "untyped_class_attribute.pt", rewritten(model, untyped_class_attribute))
 write("model_file", "empty", b"")
 
 for name, text in {"whole": "\x00", "nested": "\x00features\n\x06features.0\n\x02classifier.fc1",

@@ -7,6 +7,12 @@
 // with no compiler coverage, the target registers its own counters and bumps one per
 // outcome (which loader, which error, which message), so inputs that reach new outcomes in
 // LibTorch's reader are kept and mutated further.
+//
+// The loaders check every record's CRC-32, which would turn nearly every mutation into one
+// outcome ("fails its CRC-32 check") before LibTorch sees it. So the target first rewrites
+// each record's CRC to match its mutated bytes: the input is then a lie inside an intact
+// archive, and the layers beyond the CRC check get fuzzed (the CRC check itself is tested in
+// tests/runtime/file_checks.cpp and tests/torch/save_load.cpp).
 #include <unistd.h>
 
 #include <cstddef>
@@ -14,8 +20,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include <zlib.h>
+
+#include "../runtime/archive_surgery.hpp"
 #include "fuzz_check.hpp"
 #include "versatil/torch/data_file.hpp"
 #include "versatil/torch/save.hpp"
@@ -64,15 +75,41 @@ void expect_typed_error(int loader, Load load, versatil::libtorch::error_kind ki
     }
 }
 
+// The uncompressed bytes of a record, or nullopt when they do not inflate to its declared size.
+std::optional<std::string> content_of(const std::string& archive, const versatil::libtorch::zip::record& record) {
+    const std::string_view stored = std::string_view(archive).substr(record.data_offset, record.compressed_size);
+    if (record.method == 0) return std::string(stored);
+    if (record.size > (1U << 20)) return std::nullopt;
+    std::string content(record.size, '\0');
+    z_stream stream{};
+    if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) return std::nullopt;
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(stored.data()));
+    stream.avail_in = static_cast<uInt>(stored.size());
+    stream.next_out = reinterpret_cast<Bytef*>(content.data());
+    stream.avail_out = static_cast<uInt>(content.size());
+    const int status = inflate(&stream, Z_FINISH);
+    inflateEnd(&stream);
+    return status == Z_STREAM_END && stream.avail_out == 0 ? std::optional(content) : std::nullopt;
+}
+
+void refresh_crcs(std::string& archive) {
+    const auto layout = versatil::libtorch::zip::read_layout(versatil::libtorch::zip::memory_bytes(archive));
+    if (!layout.ok()) return;
+    for (const auto& record : layout.records) {
+        const std::optional<std::string> content = content_of(archive, record);
+        if (!content) continue;
+        versatil::testing::set_crc(archive, record, versatil::testing::crc32(*content));
+    }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     VERSATIL_FUZZ_CHECK(counters_registered);
     if (size > 64 * 1024) return -1;
-    {
-        std::ofstream out(scratch_file(), std::ios::binary | std::ios::trunc);
-        out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-    }
+    std::string archive(reinterpret_cast<const char*>(data), size);
+    refresh_crcs(archive);
+    std::ofstream(scratch_file(), std::ios::binary | std::ios::trunc) << archive;
     using namespace versatil::libtorch;
     expect_typed_error(
         0, [] { return "loaded " + std::to_string(load_model(scratch_file()).parameters().size()); },

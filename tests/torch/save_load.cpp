@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <tuple>
 
+#include "../runtime/archive_surgery.hpp"
 #include "torch_test_helpers.hpp"
 #include "versatil/torch.hpp"
 #include "versatil/torch/data_file.hpp"
@@ -175,6 +178,73 @@ TEST_CASE("corrupt and truncated model files get a clear error and stay unchange
     CHECK_THROWS_WITH_AS(read_metadata(scratch.path / "float.pt"), doctest::Contains("not saved by versatil"), error);
 }
 
+// Files that lie or are damaged: without the checks, each would make LibTorch allocate what the
+// file asks for, hand out a tensor reaching past its storage, run on damaged weights, or crash.
+TEST_CASE("lying, damaged and crashing model or data files are rejected and the process lives on") {
+    using versatil::testing::overwrite;
+    const scratch_directory scratch;
+    const fs::path model_path = scratch.path / "model.pt";
+    small_cnn_mlp(0).save(model_path.string());
+    const std::string model = bytes_of(model_path);
+
+    // The fuzzer's finding, rebuilt: a memo index of 2^30 (LibTorch would grow its memo to 16 GB).
+    std::string memo = model;
+    const versatil::libtorch::zip::record pickle = versatil::testing::find_record(model, "/data.pkl");
+    const std::size_t put = memo.find("trainingq", pickle.data_offset) + 8;  // BINPUT after a field name
+    REQUIRE(put < pickle.data_offset + pickle.size);
+    memo[put] = 'r';  // LONG_BINPUT: 4-byte index
+    overwrite(memo, put + 1, 1U << 30, 4);
+    versatil::testing::refresh_crc(memo, "/data.pkl");
+
+    std::string stored_size = model;
+    overwrite(stored_size, versatil::testing::central_entry(model, "/data.pkl") + 24, 0x7fffffff, 4);
+
+    // A data file whose [3, 7] tensor claims 99 rows: 2 KB of reach over an 84-byte storage.
+    const fs::path data_path = scratch.path / "data.pt";
+    save_data_file({at::zeros({3, 7}), std::nullopt, std::nullopt, std::nullopt, std::nullopt}, data_path);
+    std::string rows = bytes_of(data_path);
+    const std::size_t sizes = rows.find("(K\x03K\x07t");  // MARK 3 7 TUPLE
+    REQUIRE(sizes != std::string::npos);
+    rows[sizes + 2] = 99;
+    versatil::testing::refresh_crc(rows, "/data.pkl");
+
+    // One flipped bit in a weight, the archive otherwise intact.
+    std::string damaged = model;
+    damaged.at(versatil::testing::find_record(model, "/data/0").data_offset) ^= 0x10;
+
+    // Source text on which LibTorch 1.13's compiler reads uninitialised memory (an unannotated
+    // class attribute): it segfaults, or now and then throws. The fuzzer's finding, written by
+    // tests/fuzz/make_corpus.py with valid CRCs; only the child process compiles it.
+    const std::string crashing = versatil::testing::read_bytes(fs::path(VERSATIL_SOURCE_ROOT) /
+                                                               "tests/fuzz/corpus/model_file/untyped_class_attribute.pt");
+
+    for (const auto& [name, bytes, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"memo.pt", memo, "pickle memo index 1073741824"},
+             {"stored_size.pt", stored_size, "declares 2147483647"},
+             {"rows.pt", rows, "reaches past its 84-byte storage"},
+             {"damaged.pt", damaged, "record 'data/0' fails its CRC-32 check"},
+             {"crashing.pt", crashing, "is not a valid TorchScript file: LibTorch c"}}) {
+        CAPTURE(name);
+        const fs::path path = scratch.path / name;
+        versatil::testing::write_bytes(path, bytes);
+        for (const auto& load : std::vector<std::function<void()>>{[&] { (void)load_model(path); },
+                                                                   [&] { (void)load_data_file(path); }}) {
+            try {
+                load();
+                FAIL("must throw");
+            } catch (const error& failure) {
+                const std::string message = failure.what();
+                CAPTURE(message);
+                CHECK((failure.kind() == error_kind::invalid_model_file || failure.kind() == error_kind::invalid_data_file));
+                CHECK(std::string(failure.what()).find(path.string()) != std::string::npos);
+                CHECK(std::string(failure.what()).find(expected) != std::string::npos);
+            }
+        }
+        if (name != "rows.pt" && name != "crashing.pt") CHECK_THROWS_WITH_AS(read_metadata(path), doctest::Contains(expected.c_str()), error);
+        CHECK(bytes_of(path) == bytes);
+    }
+}
+
 TEST_CASE("data files round-trip and bad ones are rejected") {
     const scratch_directory scratch;
     const at::Tensor calib = at::randn({6, 1, 28, 28}), test = at::randn({4, 1, 28, 28});
@@ -187,7 +257,7 @@ TEST_CASE("data files round-trip and bad ones are rejected") {
     CHECK_FALSE(data.train_inputs.has_value());
 
     std::ofstream(scratch.path / "bad.pt") << "not a data file";
-    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "bad.pt"), doctest::Contains("not a readable TorchScript file"),
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "bad.pt"), doctest::Contains("not a readable TorchScript archive"),
                          error);
     save_data_file({calib, test, at::tensor({0, 1}, at::kLong), std::nullopt, std::nullopt},
                    scratch.path / "short_labels.pt");

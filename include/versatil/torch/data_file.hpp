@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/file_check.hpp"
 #include "versatil/torch/save.hpp"
 
 namespace versatil::libtorch {
@@ -37,16 +38,7 @@ inline std::optional<at::Tensor> tensor_attribute(const ::torch::jit::Module& mo
 }  // namespace detail
 
 inline data_file load_data_file(const std::filesystem::path& path) {
-    if (!std::filesystem::is_regular_file(path))
-        throw error(error_kind::invalid_data_file, "data file '" + path.string() + "' does not exist");
-    ::torch::jit::Module module;
-    try {
-        module = ::torch::jit::load(path.string());
-    } catch (const std::exception& failure) {
-        throw error(error_kind::invalid_data_file,
-                    "data file '" + path.string() + "' is not a readable TorchScript file (truncated or corrupt?): " +
-                        std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
-    }
+    const ::torch::jit::Module module = load_checked(path, error_kind::invalid_data_file, "data file");
     data_file data{detail::tensor_attribute(module, "calib", path), detail::tensor_attribute(module, "test", path),
                    detail::tensor_attribute(module, "test_labels", path),
                    detail::tensor_attribute(module, "train_inputs", path),

@@ -20,6 +20,7 @@
 #include "versatil/torch/config_json.hpp"
 #include "versatil/torch/engine.hpp"
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/file_check.hpp"
 #include "versatil/torch/lower.hpp"
 #include "versatil/version.hpp"
 
@@ -94,6 +95,7 @@ inline void save(const lowered_model& model, const std::filesystem::path& output
 inline nlohmann::json read_metadata(const std::filesystem::path& path) {
     if (!std::filesystem::is_regular_file(path))
         throw error(error_kind::invalid_model_file, "model file '" + path.string() + "' does not exist");
+    check_archive(path, error_kind::invalid_model_file, "model file");
     try {
         caffe2::serialize::PyTorchStreamReader reader(path.string());
         const std::string record = std::string("extra/") + metadata_file;
@@ -110,19 +112,12 @@ inline nlohmann::json read_metadata(const std::filesystem::path& path) {
     }
 }
 
-// A float TorchScript model, with a clear error for a missing, truncated or corrupt file.
+// A float TorchScript model, with a clear error for a missing, truncated or corrupt file
+// (file_check.hpp says what is checked and why).
 inline ::torch::jit::Module load_model(const std::filesystem::path& path) {
-    if (!std::filesystem::is_regular_file(path))
-        throw error(error_kind::invalid_model_file, "model file '" + path.string() + "' does not exist");
-    try {
-        ::torch::jit::Module model = ::torch::jit::load(path.string());
-        model.eval();
-        return model;
-    } catch (const std::exception& failure) {
-        throw error(error_kind::invalid_model_file,
-                    "'" + path.string() + "' is not a valid TorchScript model (truncated or corrupt?): " +
-                        std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
-    }
+    ::torch::jit::Module model = load_checked(path, error_kind::invalid_model_file, "model file");
+    model.eval();
+    return model;
 }
 
 struct loaded_model {

@@ -1,0 +1,255 @@
+// Loading a TorchScript file that may be corrupt, without letting LibTorch crash or trust it.
+// First the archive's layout (zip_layout.hpp), every record's CRC-32 (LibTorch checks none)
+// and every pickle (pickle_scan.hpp), so no corrupt size or memo index becomes an allocation.
+// Then the file's source is compiled only in a child process, which saves the module again:
+// LibTorch's TorchScript compiler reads uninitialised memory on some source it does not expect
+// (an unannotated class attribute), so it may crash or not, and this process loads only what
+// torch::jit::save wrote. Last, every tensor must fit its storage, which LibTorch's unpickler
+// never checks (a tensor reaching past it reads other memory).
+#pragma once
+
+#include <caffe2/serialize/inline_container.h>
+#include <string.h>  // strsignal (POSIX)
+#include <sys/wait.h>
+#include <torch/script.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "versatil/torch/error.hpp"
+#include "versatil/torch/pickle_scan.hpp"
+#include "versatil/torch/zip_layout.hpp"
+
+namespace versatil::libtorch {
+
+namespace detail {
+
+inline std::string first_line(const std::exception& failure) {
+    const std::string text = failure.what();
+    return text.substr(0, text.find('\n'));
+}
+
+inline std::uint32_t crc32_of(const void* data, std::uint64_t size, std::uint32_t crc = 0) {
+    const auto* bytes = static_cast<const Bytef*>(data);
+    for (std::uint64_t done = 0; done < size;) {
+        const auto chunk = static_cast<uInt>(std::min<std::uint64_t>(size - done, 1U << 30));
+        crc = static_cast<std::uint32_t>(::crc32(crc, bytes + done, chunk));
+        done += chunk;
+    }
+    return crc;
+}
+
+// The CRC-32 of a stored record, read from the file in blocks rather than all at once.
+inline std::uint32_t stored_crc32(const zip::file_bytes& bytes, const zip::record& record) {
+    constexpr std::uint64_t block = 1 << 20;
+    std::uint32_t crc = 0;
+    for (std::uint64_t done = 0; done < record.size; done += block) {
+        const std::optional<std::string> part =
+            bytes.read(record.data_offset + done, static_cast<std::size_t>(std::min(block, record.size - done)));
+        if (!part) return ~record.crc32;  // unreadable: a mismatch
+        crc = crc32_of(part->data(), part->size(), crc);
+    }
+    return crc;
+}
+
+}  // namespace detail
+
+// Throws error(kind) naming `path` and the first problem; `what` is "model file" or "data file".
+inline void check_archive(const std::filesystem::path& path, error_kind kind, std::string_view what) {
+    const auto fail = [&](const std::string& problem) {
+        throw error(kind, std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
+    };
+    const zip::file_bytes bytes(path.string());
+    if (!bytes.is_open()) fail("it cannot be opened");
+    const zip::layout layout = zip::read_layout(bytes);
+    if (!layout.ok()) fail(layout.problem);
+    try {
+        // The layout bounds every record's size by its bytes in the file, so reading records
+        // (inflating the deflated ones) allocates no more than the file can justify.
+        caffe2::serialize::PyTorchStreamReader reader(path.string());
+        const std::string prefix = layout.records.empty() ? "" : layout.records.front().name.substr(
+                                                                      0, layout.records.front().name.find('/') + 1);
+        for (const zip::record& record : layout.records) {
+            const std::string name = record.name.substr(prefix.size());
+            const bool is_pickle = name.ends_with("pkl");
+            std::optional<std::tuple<at::DataPtr, std::size_t>> content;
+            if (record.method != 0 || is_pickle) content = reader.getRecord(name);
+            const std::uint32_t crc = content ? detail::crc32_of(std::get<0>(*content).get(), std::get<1>(*content))
+                                              : detail::stored_crc32(bytes, record);
+            if (crc != record.crc32)
+                fail("record '" + name + "' fails its CRC-32 check: the file is damaged");
+            if (!is_pickle) continue;
+            const std::string_view pickle(static_cast<const char*>(std::get<0>(*content).get()), std::get<1>(*content));
+            if (auto problem = pickle::find_problem(pickle)) fail("'" + name + "': " + *problem);
+        }
+    } catch (const error&) {
+        throw;
+    } catch (const std::exception& failure) {
+        fail(detail::first_line(failure));
+    }
+}
+
+namespace detail {
+
+// The bytes a tensor reaches from the start of its storage (0 when it has no elements), or
+// nullopt when a stride or offset is negative or the product overflows.
+inline std::optional<std::uint64_t> reach_in_bytes(const at::Tensor& tensor) {
+    if (tensor.storage_offset() < 0) return std::nullopt;
+    std::uint64_t last = static_cast<std::uint64_t>(tensor.storage_offset());
+    for (std::int64_t dim = 0; dim < tensor.dim(); ++dim) {
+        if (tensor.size(dim) == 0) return 0;
+        if (tensor.stride(dim) < 0) return std::nullopt;
+        std::uint64_t step = 0;
+        if (__builtin_mul_overflow(static_cast<std::uint64_t>(tensor.size(dim) - 1),
+                                   static_cast<std::uint64_t>(tensor.stride(dim)), &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return std::nullopt;
+    }
+    std::uint64_t bytes = 0;
+    if (__builtin_mul_overflow(last + 1, tensor.element_size(), &bytes)) return std::nullopt;
+    return bytes;
+}
+
+inline void check_fits_storage(const c10::IValue& value, const std::string& name, const std::filesystem::path& path,
+                               error_kind kind, std::string_view what) {
+    if (value.isTensor()) {
+        const at::Tensor& tensor = value.toTensor();
+        if (!tensor.defined() || !tensor.has_storage()) return;
+        const std::optional<std::uint64_t> reach = reach_in_bytes(tensor);
+        if (!reach || *reach > tensor.storage().nbytes())
+            throw error(kind, std::string(what) + " '" + path.string() + "' is corrupt: tensor '" + name +
+                                  "' (sizes " + c10::str(tensor.sizes()) + ", strides " + c10::str(tensor.strides()) +
+                                  ") reaches past its " + std::to_string(tensor.storage().nbytes()) + "-byte storage");
+    } else if (value.isTuple()) {
+        for (const c10::IValue& element : value.toTupleRef().elements()) check_fits_storage(element, name, path, kind, what);
+    } else if (value.isList()) {
+        for (const c10::IValue& element : value.toListRef()) check_fits_storage(element, name, path, kind, what);
+    } else if (value.isGenericDict()) {
+        for (const auto& entry : value.toGenericDict()) check_fits_storage(entry.value(), name, path, kind, what);
+    }
+}
+
+inline void check_block_constants(const ::torch::jit::Block* block, const std::filesystem::path& path,
+                                  error_kind kind, std::string_view what) {
+    for (const ::torch::jit::Node* node : block->nodes()) {
+        if (node->kind() == c10::prim::Constant && node->output()->type()->kind() == c10::TypeKind::TensorType)
+            if (const auto constant = ::torch::jit::toIValue(node->output()))
+                check_fits_storage(*constant, "constant " + node->output()->debugName(), path, kind, what);
+        for (const ::torch::jit::Block* nested : node->blocks()) check_block_constants(nested, path, kind, what);
+    }
+}
+
+// A file in the temporary directory, removed when this goes out of scope.
+struct temporary_file {
+    std::filesystem::path path;
+    temporary_file() {
+        static std::atomic<unsigned> counter{0};
+        path = std::filesystem::temp_directory_path() /
+               ("versatil-load-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".pt");
+    }
+    temporary_file(const temporary_file&) = delete;
+    temporary_file& operator=(const temporary_file&) = delete;
+    ~temporary_file() {
+        std::error_code ignored;
+        std::filesystem::remove(path, ignored);
+    }
+};
+
+// Loads `path` in a child process and saves it to `copy` as torch::jit::save writes it;
+// returns why that failed, or nullopt. The child restores default signal dispositions, so a
+// crash ends it rather than running the parent's handlers (a sanitizer's or fuzzer's report
+// would describe the child as the parent), and reports exceptions through a pipe.
+inline std::optional<std::string> resave_in_child(const std::filesystem::path& path, const std::filesystem::path& copy) {
+    int ends[2];
+    if (::pipe(ends) != 0) return std::string("cannot create a pipe to read it safely: ") + std::strerror(errno);
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    if (child < 0) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        return std::string("cannot start a process to read it safely: ") + std::strerror(errno);
+    }
+    if (child == 0) {
+        ::close(ends[0]);
+        for (const int number : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(number, SIG_DFL);
+        std::string failure;
+        try {
+            const ::torch::jit::Module module = ::torch::jit::load(path.string());
+            try {
+                module.save(copy.string());
+            } catch (const std::exception& save_failure) {
+                failure = "cannot write a checked copy to '" + copy.string() + "': " + first_line(save_failure);
+            }
+        } catch (const std::exception& load_failure) {
+            failure = "LibTorch cannot read it: " + first_line(load_failure);
+        } catch (...) {
+            failure = "LibTorch cannot read it";
+        }
+        failure = failure.substr(0, 2000);  // below PIPE_BUF: one write, never blocking
+        const bool reported = ::write(ends[1], failure.data(), failure.size()) == static_cast<ssize_t>(failure.size());
+        ::_exit(failure.empty() ? 0 : reported ? 1 : 2);
+    }
+    ::close(ends[1]);
+    std::string message;
+    char buffer[512];
+    for (ssize_t count; (count = ::read(ends[0], buffer, sizeof buffer)) != 0;) {
+        if (count > 0) message.append(buffer, static_cast<std::size_t>(count));
+        else if (errno != EINTR) break;
+    }
+    ::close(ends[0]);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) return std::string("lost the process reading it: ") + std::strerror(errno);
+    if (WIFSIGNALED(status))
+        return "LibTorch crashed reading it (signal " + std::to_string(WTERMSIG(status)) + ", " +
+               ::strsignal(WTERMSIG(status)) + ")";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;
+    return message.empty() ? "LibTorch stopped reading it (exit status " + std::to_string(WEXITSTATUS(status)) + ")"
+                           : message;
+}
+
+}  // namespace detail
+
+// Throws error(kind) when a tensor attribute or graph constant of `module` or its submodules
+// reaches past its storage.
+inline void check_tensors_fit_storage(const ::torch::jit::Module& module, const std::filesystem::path& path,
+                                      error_kind kind, std::string_view what) {
+    for (const auto& attribute : module.named_attributes(/*recurse=*/true))
+        detail::check_fits_storage(attribute.value, attribute.name, path, kind, what);
+    for (const ::torch::jit::Module& submodule : module.modules())
+        for (const ::torch::jit::Method& method : submodule.get_methods())
+            detail::check_block_constants(method.graph()->block(), path, kind, what);
+}
+
+// torch::jit::load for a file that may be corrupt: every check above, and each failure an
+// error(kind) naming the file and the problem.
+inline ::torch::jit::Module load_checked(const std::filesystem::path& path, error_kind kind, std::string_view what) {
+    if (!std::filesystem::is_regular_file(path))
+        throw error(kind, std::string(what) + " '" + path.string() + "' does not exist");
+    check_archive(path, kind, what);
+    const detail::temporary_file copy;
+    if (const std::optional<std::string> problem = detail::resave_in_child(path, copy.path))
+        throw error(kind, std::string(what) + " '" + path.string() + "' is not a valid TorchScript file: " + *problem);
+    try {
+        ::torch::jit::Module module = ::torch::jit::load(copy.path.string());
+        check_tensors_fit_storage(module, path, kind, what);
+        return module;
+    } catch (const error&) {
+        throw;
+    } catch (const std::exception& failure) {
+        throw error(kind, std::string(what) + " '" + path.string() +
+                              "' is not a valid TorchScript file (truncated or corrupt?): " + detail::first_line(failure));
+    }
+}
+
+}  // namespace versatil::libtorch
