@@ -90,6 +90,9 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--model", model, "--data", lying, expect_status=2, expect_text="memo index")
     if digest(lying) != before:
         failures.append(f"{lying} changed")
+    # Source LibTorch's compiler crashes on: the CLI reports it and exits 2, it does not crash.
+    run("--model", lying.with_name("untyped_class_attribute.pt"), "--data", data, expect_status=2,
+        expect_text="is not a valid TorchScript file: LibTorch c")
     run("--model", model, expect_status=2, expect_text="no data")
     run("--model", model, "--data", data, "--out", d / "no-such-dir" / "q.pt", "--no-per-layer", expect_status=2,
         expect_text="does not exist")

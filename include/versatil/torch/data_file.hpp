@@ -37,8 +37,9 @@ inline std::optional<at::Tensor> tensor_attribute(const ::torch::jit::Module& mo
 }
 }  // namespace detail
 
-inline data_file load_data_file(const std::filesystem::path& path) {
-    const ::torch::jit::Module module = load_checked(path, error_kind::invalid_data_file, "data file");
+inline data_file load_data_file(const std::filesystem::path& path,
+                                compile_source where = compile_source::in_child_process) {
+    const ::torch::jit::Module module = load_checked(path, error_kind::invalid_data_file, "data file", where);
     data_file data{detail::tensor_attribute(module, "calib", path), detail::tensor_attribute(module, "test", path),
                    detail::tensor_attribute(module, "test_labels", path),
                    detail::tensor_attribute(module, "train_inputs", path),

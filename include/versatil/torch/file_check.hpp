@@ -69,6 +69,8 @@ inline void check_archive(const std::filesystem::path& path, error_kind kind, st
     const auto fail = [&](const std::string& problem) {
         throw error(kind, std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
     };
+    if (!std::filesystem::is_regular_file(path))
+        throw error(kind, std::string(what) + " '" + path.string() + "' does not exist");
     const zip::file_bytes bytes(path.string());
     if (!bytes.is_open()) fail("it cannot be opened");
     const zip::layout layout = zip::read_layout(bytes);
@@ -231,17 +233,31 @@ inline void check_tensors_fit_storage(const ::torch::jit::Module& module, const 
             detail::check_block_constants(method.graph()->block(), path, kind, what);
 }
 
+// Where a file's TorchScript source is first compiled.
+enum class compile_source {
+    // The default: in a child process, which saves the module again for this process to load.
+    // A crash in LibTorch's compiler ends the child; the cost is a fork (it grows with this
+    // process's resident memory) and a save (benchmarks/RESULTS.md, "Loading a file, checked").
+    in_child_process,
+    // For files this program wrote itself: no child. The archive, CRC, pickle and tensor checks
+    // still run, so damage is still caught; source crafted to crash the compiler is not.
+    in_process,
+};
+
 // torch::jit::load for a file that may be corrupt: every check above, and each failure an
 // error(kind) naming the file and the problem.
-inline ::torch::jit::Module load_checked(const std::filesystem::path& path, error_kind kind, std::string_view what) {
-    if (!std::filesystem::is_regular_file(path))
-        throw error(kind, std::string(what) + " '" + path.string() + "' does not exist");
-    check_archive(path, kind, what);
-    const detail::temporary_file copy;
-    if (const std::optional<std::string> problem = detail::resave_in_child(path, copy.path))
-        throw error(kind, std::string(what) + " '" + path.string() + "' is not a valid TorchScript file: " + *problem);
+namespace detail {
+// load_checked after check_archive(path) passed.
+inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& path, error_kind kind,
+                                                 std::string_view what, compile_source where) {
+    std::optional<detail::temporary_file> copy;
+    if (where == compile_source::in_child_process) {
+        copy.emplace();
+        if (const std::optional<std::string> problem = detail::resave_in_child(path, copy->path))
+            throw error(kind, std::string(what) + " '" + path.string() + "' is not a valid TorchScript file: " + *problem);
+    }
     try {
-        ::torch::jit::Module module = ::torch::jit::load(copy.path.string());
+        ::torch::jit::Module module = ::torch::jit::load(copy ? copy->path.string() : path.string());
         check_tensors_fit_storage(module, path, kind, what);
         return module;
     } catch (const error&) {
@@ -250,6 +266,13 @@ inline ::torch::jit::Module load_checked(const std::filesystem::path& path, erro
         throw error(kind, std::string(what) + " '" + path.string() +
                               "' is not a valid TorchScript file (truncated or corrupt?): " + detail::first_line(failure));
     }
+}
+}  // namespace detail
+
+inline ::torch::jit::Module load_checked(const std::filesystem::path& path, error_kind kind, std::string_view what,
+                                         compile_source where = compile_source::in_child_process) {
+    check_archive(path, kind, what);
+    return detail::load_checked_archive(path, kind, what, where);
 }
 
 }  // namespace versatil::libtorch

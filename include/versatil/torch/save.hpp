@@ -91,11 +91,9 @@ inline void save(const lowered_model& model, const std::filesystem::path& output
     save_module(model.module, output, {{metadata_file, metadata_of(model).dump(2)}}, input_model);
 }
 
-// A TorchScript file's versatil metadata, read without loading the model.
-inline nlohmann::json read_metadata(const std::filesystem::path& path) {
-    if (!std::filesystem::is_regular_file(path))
-        throw error(error_kind::invalid_model_file, "model file '" + path.string() + "' does not exist");
-    check_archive(path, error_kind::invalid_model_file, "model file");
+namespace detail {
+// The metadata of an archive check_archive(path) passed.
+inline nlohmann::json read_checked_metadata(const std::filesystem::path& path) {
     try {
         caffe2::serialize::PyTorchStreamReader reader(path.string());
         const std::string record = std::string("extra/") + metadata_file;
@@ -107,15 +105,23 @@ inline nlohmann::json read_metadata(const std::filesystem::path& path) {
     } catch (const error&) {
         throw;
     } catch (const std::exception& failure) {
-        throw error(error_kind::invalid_model_file, "'" + path.string() + "' is not a readable TorchScript archive: " +
-                                                        std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
+        throw error(error_kind::invalid_model_file,
+                    "'" + path.string() + "' is not a readable TorchScript archive: " + first_line(failure));
     }
+}
+}  // namespace detail
+
+// A TorchScript file's versatil metadata, read without loading the model.
+inline nlohmann::json read_metadata(const std::filesystem::path& path) {
+    check_archive(path, error_kind::invalid_model_file, "model file");
+    return detail::read_checked_metadata(path);
 }
 
 // A float TorchScript model, with a clear error for a missing, truncated or corrupt file
-// (file_check.hpp says what is checked and why).
-inline ::torch::jit::Module load_model(const std::filesystem::path& path) {
-    ::torch::jit::Module model = load_checked(path, error_kind::invalid_model_file, "model file");
+// (file_check.hpp says what is checked and why; `where` says where its source is compiled).
+inline ::torch::jit::Module load_model(const std::filesystem::path& path,
+                                       compile_source where = compile_source::in_child_process) {
+    ::torch::jit::Module model = load_checked(path, error_kind::invalid_model_file, "model file", where);
     model.eval();
     return model;
 }
@@ -127,11 +133,15 @@ struct loaded_model {
 };
 
 // A model saved by `save`: its weights are packed for the engine its metadata names.
-inline loaded_model load_quantized(const std::filesystem::path& path) {
-    nlohmann::json metadata = read_metadata(path);
+inline loaded_model load_quantized(const std::filesystem::path& path,
+                                   compile_source where = compile_source::in_child_process) {
+    check_archive(path, error_kind::invalid_model_file, "model file");
+    nlohmann::json metadata = detail::read_checked_metadata(path);
     const at::QEngine engine = parse_engine_name(metadata.at("engine").get<std::string>());
     const engine_scope scope(engine);
-    return {load_model(path), std::move(metadata), engine};
+    ::torch::jit::Module module = detail::load_checked_archive(path, error_kind::invalid_model_file, "model file", where);
+    module.eval();
+    return {std::move(module), std::move(metadata), engine};
 }
 
 }  // namespace versatil::libtorch
