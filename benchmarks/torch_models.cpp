@@ -9,7 +9,9 @@
 // OUT_DIR/data.pt            calib [256,1,28,28], test, test_labels (torch.load-able dict)
 // OUT_DIR/<model>/model.pt   the trained float model;  reference.pt: its logits on `test`
 // OUT_DIR/scaling/mlp_<L>.pt untrained MLPs of L linear layers, for quantize time vs depth
-// OUT_DIR/versatil.json      every measurement below
+// OUT_DIR/loading/          a 90 MB MLP, for the cost of loading a file checked
+// OUT_DIR/versatil.json      every measurement below, with that cost (load_model /
+//                            load_quantized against plain torch::jit::load)
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
@@ -129,6 +131,32 @@ double latency_ms(const ::torch::jit::Module& model, const at::Tensor& input) {
     double best = std::numeric_limits<double>::infinity();
     for (int round = 0; round < latency_rounds; ++round) best = std::min(best, median_latency_ms(model, input));
     return best;
+}
+
+// Milliseconds to load `path`: plainly, checked in this process, and checked with the source
+// compiled in a child process (the default; file_check.hpp). Medians of 7, interleaved.
+json load_times(const fs::path& path, const std::function<void(compile_source)>& checked_load) {
+    std::vector<double> plain, in_process, in_child;
+    const auto milliseconds = [](const std::function<void()>& load) {
+        const auto start = std::chrono::steady_clock::now();
+        load();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    };
+    for (int i = 0; i < 7; ++i) {
+        plain.push_back(milliseconds([&] { (void)::torch::jit::load(path.string()); }));
+        in_process.push_back(milliseconds([&] { checked_load(compile_source::in_process); }));
+        in_child.push_back(milliseconds([&] { checked_load(compile_source::in_child_process); }));
+    }
+    return {{"file", path.filename().string()}, {"bytes", fs::file_size(path)}, {"plain_ms", median(plain)},
+            {"in_process_ms", median(in_process)}, {"in_child_ms", median(in_child)}};
+}
+
+// This process's resident memory: the fork behind a child-process load costs more the larger it is.
+double resident_megabytes() {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+    return -1;
 }
 
 }  // namespace
@@ -312,6 +340,32 @@ int main(int argc, char** argv) {
             std::printf("scaling: %2lld linear layers quantize in %.3f s\n", static_cast<long long>(linears), seconds);
             std::fflush(stdout);
         }
+
+        // Loading: each trained model, one saved quantized model, and a 90 MB MLP.
+        results["loading_resident_mb"] = resident_megabytes();
+        for (const model_entry& entry : models) {
+            const fs::path path = out / entry.name / "model.pt";
+            results["loading"].push_back(load_times(path, [&](compile_source where) { (void)load_model(path, where); }));
+            results["loading"].back()["model"] = entry.name;
+        }
+        {
+            // Saved without metadata (for peer.py), so loaded as load_quantized would, under its engine.
+            const fs::path quantized = out / "mobilenet_cnn" / "versatil_x86_inductor_static.pt";
+            const engine_scope scope(engine_settings{at::QEngine::ONEDNN, 1, std::nullopt});
+            results["loading"].push_back(
+                load_times(quantized, [&](compile_source where) { (void)load_model(quantized, where); }));
+            results["loading"].back()["model"] = "mobilenet_cnn, x86_inductor static";
+            fs::create_directories(out / "loading");
+            const fs::path large = out / "loading" / "mlp_2048x6.pt";
+            mlp(1, 2048, 6).save(large.string());
+            results["loading"].push_back(load_times(large, [&](compile_source where) { (void)load_model(large, where); }));
+            results["loading"].back()["model"] = "MLP, 6 layers of 2048";
+        }
+        for (const json& load : results["loading"])
+            std::printf("load %-36s %6.2f MB: torch::jit::load %.1f ms, checked %.1f ms, with child %.1f ms\n",
+                        load["model"].get<std::string>().c_str(), load["bytes"].get<double>() / 1e6,
+                        load["plain_ms"].get<double>(), load["in_process_ms"].get<double>(),
+                        load["in_child_ms"].get<double>());
 
         std::ofstream(out / "versatil.json") << results.dump(2) << '\n';
         return 0;
