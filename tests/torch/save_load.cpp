@@ -208,6 +208,14 @@ TEST_CASE("lying, damaged and crashing model or data files are rejected and the 
     rows[sizes + 2] = 99;
     versatil::testing::refresh_crc(rows, "/data.pkl");
 
+    // The same file, its storage declared as 99 floats over the record's 21: LibTorch sizes the
+    // storage from the pickle, so the tensor fits a storage whose bytes are not there.
+    std::string numel = bytes_of(data_path);
+    const std::size_t count = numel.find("K\x15tQ");  // BININT1 21, TUPLE, BINPERSID
+    REQUIRE(count != std::string::npos);
+    numel[count + 1] = 99;
+    versatil::testing::refresh_crc(numel, "/data.pkl");
+
     // One flipped bit in a weight, the archive otherwise intact.
     std::string damaged = model;
     damaged.at(versatil::testing::find_record(model, "/data/0").data_offset) ^= 0x10;
@@ -222,6 +230,7 @@ TEST_CASE("lying, damaged and crashing model or data files are rejected and the 
              {"memo.pt", memo, "pickle memo index 1073741824"},
              {"stored_size.pt", stored_size, "declares 2147483647"},
              {"rows.pt", rows, "reaches past its 84-byte storage"},
+             {"numel.pt", numel, "declares a 396-byte storage over"},
              {"damaged.pt", damaged, "record 'data/0' fails its CRC-32 check"},
              {"crashing.pt", crashing, "is not a valid TorchScript file: LibTorch c"}}) {
         CAPTURE(name);
@@ -243,7 +252,7 @@ TEST_CASE("lying, damaged and crashing model or data files are rejected and the 
                 CHECK(std::string(failure.what()).find(expected) != std::string::npos);
             }
         }
-        if (name != "rows.pt" && name != "crashing.pt") CHECK_THROWS_WITH_AS(read_metadata(path), doctest::Contains(expected.c_str()), error);
+        if (name != "rows.pt" && name != "numel.pt" && name != "crashing.pt") CHECK_THROWS_WITH_AS(read_metadata(path), doctest::Contains(expected.c_str()), error);
         CHECK(bytes_of(path) == bytes);
     }
     // The child's re-saved copies are gone, whatever happened to them.

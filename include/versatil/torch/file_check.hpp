@@ -4,11 +4,14 @@
 // Then the file's source is compiled only in a child process, which saves the module again:
 // LibTorch's TorchScript compiler reads uninitialised memory on some source it does not expect
 // (an unannotated class attribute), so it may crash or not, and this process loads only what
-// torch::jit::save wrote. Last, every tensor must fit its storage, which LibTorch's unpickler
-// never checks (a tensor reaching past it reads other memory).
+// torch::jit::save wrote. And every tensor must fit its storage, and every storage the bytes
+// allocated for it, which LibTorch's unpickler never checks: a tensor reaching past its data
+// reads other memory, and saving it copies that memory (the child checks before it saves;
+// this process checks what it loads).
 #pragma once
 
 #include <caffe2/serialize/inline_container.h>
+#include <malloc.h>  // malloc_usable_size (glibc; jemalloc and tcmalloc provide it too)
 #include <string.h>  // strsignal (POSIX)
 #include <sys/wait.h>
 #include <torch/script.h>
@@ -122,34 +125,62 @@ inline std::optional<std::uint64_t> reach_in_bytes(const at::Tensor& tensor) {
     return bytes;
 }
 
-inline void check_fits_storage(const c10::IValue& value, const std::string& name, const std::filesystem::path& path,
-                               error_kind kind, std::string_view what) {
+// The first tensor in `value` (or in the tuples, lists and dicts it holds) that reaches past
+// its storage, described; nullopt when every one fits.
+inline std::optional<std::string> find_past_storage(const c10::IValue& value, const std::string& name) {
     if (value.isTensor()) {
         const at::Tensor& tensor = value.toTensor();
-        if (!tensor.defined() || !tensor.has_storage()) return;
+        if (!tensor.defined() || !tensor.has_storage()) return std::nullopt;
+        // LibTorch sizes a loaded storage by the element count its pickle names, not by the
+        // bytes of its record: the allocation behind it is what it really holds.
+        const std::size_t declared = tensor.storage().nbytes();
+        if (const void* data = tensor.storage().data(); data && declared > ::malloc_usable_size(const_cast<void*>(data)))
+            return "tensor '" + name + "' declares a " + std::to_string(declared) + "-byte storage over " +
+                   std::to_string(::malloc_usable_size(const_cast<void*>(data))) + " bytes of data";
         const std::optional<std::uint64_t> reach = reach_in_bytes(tensor);
-        if (!reach || *reach > tensor.storage().nbytes())
-            throw error(kind, std::string(what) + " '" + path.string() + "' is corrupt: tensor '" + name +
-                                  "' (sizes " + c10::str(tensor.sizes()) + ", strides " + c10::str(tensor.strides()) +
-                                  ") reaches past its " + std::to_string(tensor.storage().nbytes()) + "-byte storage");
-    } else if (value.isTuple()) {
-        for (const c10::IValue& element : value.toTupleRef().elements()) check_fits_storage(element, name, path, kind, what);
-    } else if (value.isList()) {
-        for (const c10::IValue& element : value.toListRef()) check_fits_storage(element, name, path, kind, what);
-    } else if (value.isGenericDict()) {
-        for (const auto& entry : value.toGenericDict()) check_fits_storage(entry.value(), name, path, kind, what);
+        if (reach && *reach <= declared) return std::nullopt;
+        return "tensor '" + name + "' (sizes " + c10::str(tensor.sizes()) + ", strides " + c10::str(tensor.strides()) +
+               ") reaches past its " + std::to_string(declared) + "-byte storage";
     }
+    const auto first_in = [&name](const auto& elements) -> std::optional<std::string> {
+        for (const c10::IValue& element : elements)
+            if (auto problem = find_past_storage(element, name)) return problem;
+        return std::nullopt;
+    };
+    if (value.isTuple()) return first_in(value.toTupleRef().elements());
+    if (value.isList()) return first_in(value.toListRef());
+    if (value.isGenericDict())
+        for (const auto& entry : value.toGenericDict())
+            if (auto problem = find_past_storage(entry.value(), name)) return problem;
+    return std::nullopt;
 }
 
-inline void check_block_constants(const ::torch::jit::Block* block, const std::filesystem::path& path,
-                                  error_kind kind, std::string_view what) {
+inline std::optional<std::string> find_constant_past_storage(const ::torch::jit::Block* block) {
     for (const ::torch::jit::Node* node : block->nodes()) {
         if (node->kind() == c10::prim::Constant && node->output()->type()->kind() == c10::TypeKind::TensorType)
             if (const auto constant = ::torch::jit::toIValue(node->output()))
-                check_fits_storage(*constant, "constant " + node->output()->debugName(), path, kind, what);
-        for (const ::torch::jit::Block* nested : node->blocks()) check_block_constants(nested, path, kind, what);
+                if (auto problem = find_past_storage(*constant, "constant " + node->output()->debugName()))
+                    return problem;
+        for (const ::torch::jit::Block* nested : node->blocks())
+            if (auto problem = find_constant_past_storage(nested)) return problem;
     }
+    return std::nullopt;
 }
+
+}  // namespace detail
+
+// The first tensor attribute or graph constant of `module` or its submodules that reaches past
+// its storage, described; nullopt when every one fits.
+inline std::optional<std::string> find_tensor_past_storage(const ::torch::jit::Module& module) {
+    for (const auto& attribute : module.named_attributes(/*recurse=*/true))
+        if (auto problem = detail::find_past_storage(attribute.value, attribute.name)) return problem;
+    for (const ::torch::jit::Module& submodule : module.modules())
+        for (const ::torch::jit::Method& method : submodule.get_methods())
+            if (auto problem = detail::find_constant_past_storage(method.graph()->block())) return problem;
+    return std::nullopt;
+}
+
+namespace detail {
 
 // A file in the temporary directory, removed when this goes out of scope.
 struct temporary_file {
@@ -187,10 +218,15 @@ inline std::optional<std::string> resave_in_child(const std::filesystem::path& p
         std::string failure;
         try {
             const ::torch::jit::Module module = ::torch::jit::load(path.string());
-            try {
-                module.save(copy.string());
-            } catch (const std::exception& save_failure) {
-                failure = "cannot write a checked copy to '" + copy.string() + "': " + first_line(save_failure);
+            // Before saving: a save copies each storage as far as its tensors reach, past its end.
+            if (const std::optional<std::string> problem = find_tensor_past_storage(module)) {
+                failure = *problem;
+            } else {
+                try {
+                    module.save(copy.string());
+                } catch (const std::exception& save_failure) {
+                    failure = "cannot write a checked copy to '" + copy.string() + "': " + first_line(save_failure);
+                }
             }
         } catch (const std::exception& load_failure) {
             failure = "LibTorch cannot read it: " + first_line(load_failure);
@@ -222,17 +258,6 @@ inline std::optional<std::string> resave_in_child(const std::filesystem::path& p
 
 }  // namespace detail
 
-// Throws error(kind) when a tensor attribute or graph constant of `module` or its submodules
-// reaches past its storage.
-inline void check_tensors_fit_storage(const ::torch::jit::Module& module, const std::filesystem::path& path,
-                                      error_kind kind, std::string_view what) {
-    for (const auto& attribute : module.named_attributes(/*recurse=*/true))
-        detail::check_fits_storage(attribute.value, attribute.name, path, kind, what);
-    for (const ::torch::jit::Module& submodule : module.modules())
-        for (const ::torch::jit::Method& method : submodule.get_methods())
-            detail::check_block_constants(method.graph()->block(), path, kind, what);
-}
-
 // Where a file's TorchScript source is first compiled.
 enum class compile_source {
     // The default: in a child process, which saves the module again for this process to load.
@@ -244,8 +269,6 @@ enum class compile_source {
     in_process,
 };
 
-// torch::jit::load for a file that may be corrupt: every check above, and each failure an
-// error(kind) naming the file and the problem.
 namespace detail {
 // load_checked after check_archive(path) passed.
 inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& path, error_kind kind,
@@ -258,7 +281,8 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
     }
     try {
         ::torch::jit::Module module = ::torch::jit::load(copy ? copy->path.string() : path.string());
-        check_tensors_fit_storage(module, path, kind, what);
+        if (const std::optional<std::string> problem = find_tensor_past_storage(module))
+            throw error(kind, std::string(what) + " '" + path.string() + "' is corrupt: " + *problem);
         return module;
     } catch (const error&) {
         throw;
@@ -269,6 +293,8 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
 }
 }  // namespace detail
 
+// torch::jit::load for a file that may be corrupt: every check above, and each failure an
+// error(kind) naming the file and the problem.
 inline ::torch::jit::Module load_checked(const std::filesystem::path& path, error_kind kind, std::string_view what,
                                          compile_source where = compile_source::in_child_process) {
     check_archive(path, kind, what);
