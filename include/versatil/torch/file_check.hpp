@@ -170,7 +170,8 @@ inline std::optional<std::string> find_constant_past_storage(const ::torch::jit:
 }  // namespace detail
 
 // The first tensor attribute or graph constant of `module` or its submodules that reaches past
-// its storage, described; nullopt when every one fits.
+// its storage, or whose storage declares more than its allocation holds, described; nullopt
+// when every one fits.
 inline std::optional<std::string> find_tensor_past_storage(const ::torch::jit::Module& module) {
     for (const auto& attribute : module.named_attributes(/*recurse=*/true))
         if (auto problem = detail::find_past_storage(attribute.value, attribute.name)) return problem;
@@ -200,8 +201,9 @@ struct temporary_file {
 
 // Loads `path` in a child process and saves it to `copy` as torch::jit::save writes it;
 // returns why that failed, or nullopt. The child restores default signal dispositions, so a
-// crash ends it rather than running the parent's handlers (a sanitizer's or fuzzer's report
-// would describe the child as the parent), and reports exceptions through a pipe.
+// crash ends it rather than running handlers it inherited, and reports exceptions through a
+// pipe. (Under a sanitizer, a report from instrumented code still runs in the child and ends
+// it: tests/fuzz/run_fuzzer.py lists those as contained.)
 inline std::optional<std::string> resave_in_child(const std::filesystem::path& path, const std::filesystem::path& copy) {
     int ends[2];
     if (::pipe(ends) != 0) return std::string("cannot create a pipe to read it safely: ") + std::strerror(errno);
