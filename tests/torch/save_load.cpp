@@ -34,10 +34,8 @@ struct scratch_directory {
     }
 };
 
-std::string bytes_of(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+// The bytes of a file, as the archive-surgery helpers read them.
+std::string bytes_of(const fs::path& path) { return versatil::testing::read_bytes(path); }
 
 lowered_model quantized_cnn(std::string_view spec) {
     auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}, {"classifier.fc2", nullptr}});

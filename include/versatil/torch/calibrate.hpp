@@ -20,9 +20,6 @@ inline std::string describe_shape(const at::Tensor& tensor) {
     return text + "] " + std::string(c10::toString(tensor.scalar_type()));
 }
 
-// The first line of a LibTorch error: the rest is a C++ or TorchScript backtrace.
-inline std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
-
 // Rejects what would corrupt observers or crash the model, naming the batch.
 inline void check_batch(const at::Tensor& batch, std::size_t index, const char* what = "calibration batch") {
     const std::string name = std::string(what) + " " + std::to_string(index);

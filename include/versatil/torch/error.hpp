@@ -38,6 +38,9 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
     return "unknown";
 }
 
+// The first line of a LibTorch error: the rest is a C++ or TorchScript backtrace.
+inline std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
 class error : public std::runtime_error {
 public:
     error(error_kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}

@@ -37,11 +37,6 @@ namespace versatil::libtorch {
 
 namespace detail {
 
-inline std::string first_line(const std::exception& failure) {
-    const std::string text = failure.what();
-    return text.substr(0, text.find('\n'));
-}
-
 inline std::uint32_t crc32_of(const void* data, std::uint64_t size, std::uint32_t crc = 0) {
     const auto* bytes = static_cast<const Bytef*>(data);
     for (std::uint64_t done = 0; done < size;) {
@@ -100,7 +95,7 @@ inline void check_archive(const std::filesystem::path& path, error_kind kind, st
     } catch (const error&) {
         throw;
     } catch (const std::exception& failure) {
-        fail(detail::first_line(failure));
+        fail(first_line(failure.what()));
     }
 }
 
@@ -227,11 +222,11 @@ inline std::optional<std::string> resave_in_child(const std::filesystem::path& p
                 try {
                     module.save(copy.string());
                 } catch (const std::exception& save_failure) {
-                    failure = "cannot write a checked copy to '" + copy.string() + "': " + first_line(save_failure);
+                    failure = "cannot write a checked copy to '" + copy.string() + "': " + first_line(save_failure.what());
                 }
             }
         } catch (const std::exception& load_failure) {
-            failure = "LibTorch cannot read it: " + first_line(load_failure);
+            failure = "LibTorch cannot read it: " + first_line(load_failure.what());
         } catch (...) {
             failure = "LibTorch cannot read it";
         }
@@ -290,7 +285,7 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
         throw;
     } catch (const std::exception& failure) {
         throw error(kind, std::string(what) + " '" + path.string() +
-                              "' is not a valid TorchScript file (truncated or corrupt?): " + detail::first_line(failure));
+                              "' is not a valid TorchScript file (truncated or corrupt?): " + first_line(failure.what()));
     }
 }
 }  // namespace detail

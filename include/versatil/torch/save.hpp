@@ -76,7 +76,7 @@ inline void save_module(const ::torch::jit::Module& module, const std::filesyste
     } catch (const std::exception& failure) {
         std::filesystem::remove(temporary, status);
         throw error(error_kind::io_error, "cannot write '" + output.string() + "': " +
-                                              std::string(failure.what()).substr(0, std::string(failure.what()).find('\n')));
+                                              first_line(failure.what()));
     }
     std::filesystem::rename(temporary, output, status);
     if (status) {
@@ -106,7 +106,7 @@ inline nlohmann::json read_checked_metadata(const std::filesystem::path& path) {
         throw;
     } catch (const std::exception& failure) {
         throw error(error_kind::invalid_model_file,
-                    "'" + path.string() + "' is not a readable TorchScript archive: " + first_line(failure));
+                    "'" + path.string() + "' is not a readable TorchScript archive: " + first_line(failure.what()));
     }
 }
 }  // namespace detail
