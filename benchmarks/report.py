@@ -5,6 +5,7 @@ report comes from those files; nothing is typed in by hand."""
 import argparse
 import datetime
 import json
+import sys
 import math
 import platform
 import re
@@ -572,6 +573,11 @@ def main():
     if has_plot:
         lines += ["![Float vs quantized latency per model and backend, versatil against the peer](latency.png)", ""]
     lines += policy_lines + compile_lines + runtime + phases_section(versatil, peer) + scaling + qat_section(versatil) + loading_section(versatil)
+    architectures = root / "benchmarks" / "results" / "architectures.json"
+    if architectures.exists():  # measured by benchmarks/zoo_peer.py, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        from zoo_peer import render
+        lines += render(json.loads(architectures.read_text()))
     (root / "benchmarks" / "RESULTS.md").write_text("\n".join(lines).rstrip() + "\n")
 
 

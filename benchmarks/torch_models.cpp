@@ -58,10 +58,10 @@ void write_pickle(const c10::IValue& value, const fs::path& path) {
     if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-std::vector<at::Tensor> batches_of(const at::Tensor& all, int64_t batch) {
-    std::vector<at::Tensor> batches;
-    for (int64_t begin = 0; begin < all.size(0); begin += batch)
-        batches.push_back(all.slice(0, begin, std::min(begin + batch, all.size(0))).contiguous());
+std::vector<batch> batches_of(const at::Tensor& all, int64_t rows) {
+    std::vector<batch> batches;
+    for (int64_t begin = 0; begin < all.size(0); begin += rows)
+        batches.push_back(all.slice(0, begin, std::min(begin + rows, all.size(0))).contiguous());
     return batches;
 }
 
@@ -80,7 +80,7 @@ runtime_quantizer whole_model(const std::string& spec) {
 
 // prepare, calibrate, convert and lower: the steps quantize() runs before it measures anything.
 lowered_model quantize_steps(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                             const std::vector<at::Tensor>& calibration) {
+                             const std::vector<batch>& calibration) {
     prepared_model prepared = prepare(model, quantizer);
     calibrate(prepared, calibration, {false});
     lowering_options lowering;
@@ -91,7 +91,7 @@ lowered_model quantize_steps(const ::torch::jit::Module& model, const runtime_qu
 
 // Median seconds of prepare + calibrate + convert + lower over `quantize_repeats` runs.
 double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                        const std::vector<at::Tensor>& calibration) {
+                        const std::vector<batch>& calibration) {
     std::vector<double> seconds;
     for (int i = 0; i < quantize_repeats; ++i) {
         const auto start = std::chrono::steady_clock::now();
@@ -103,7 +103,7 @@ double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantiz
 
 // One more quantization, timed phase by phase: where the quantize time goes.
 json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                   const std::vector<at::Tensor>& calibration) {
+                   const std::vector<batch>& calibration) {
     using clock = std::chrono::steady_clock;
     const auto since = [](clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); };
     auto start = clock::now();
@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
         const dataset test = load_fashion_mnist(fashion_mnist_split::test, test_count);
         // Calibration images are training images the models were trained on; evaluation is held out.
         const at::Tensor calib = train.images.slice(0, 0, calibration_batch * calibration_batches).contiguous();
-        const std::vector<at::Tensor> calibration = batches_of(calib, calibration_batch);
-        const std::vector<at::Tensor> evaluation = batches_of(test.images, evaluation_batch);
+        const std::vector<batch> calibration = batches_of(calib, calibration_batch);
+        const std::vector<batch> evaluation = batches_of(test.images, evaluation_batch);
         {
             c10::Dict<std::string, at::Tensor> data;
             data.insert("calib", calib);
@@ -219,8 +219,8 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
             fs::create_directories(out / entry.name);
             model.save((out / entry.name / "model.pt").string());
-            const at::Tensor reference = run_batches(model, evaluation);
-            write_pickle(reference, out / entry.name / "reference.pt");
+            const model_outputs reference = run_batches(model, evaluation);
+            write_pickle(reference.tensors.front(), out / entry.name / "reference.pt");
             const double float_top1 = top1_accuracy(reference, test.labels);
             std::printf("%-20s trained %lld steps in %.1f s, loss %.3f, float top-1 %.2f %%\n", entry.name.c_str(),
                         static_cast<long long>(options.steps), train_seconds, trained.final_loss, 100 * float_top1);
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
                     run["spec"] = used;
                     const runtime_quantizer quantizer = whole_model(used);
                     // Dynamic quantization observes weights only: no calibration, as the peer's quantize_dynamic.
-                    const std::vector<at::Tensor> calib_used = dynamic ? std::vector<at::Tensor>{} : calibration;
+                    const std::vector<batch> calib_used = dynamic ? std::vector<batch>{} : calibration;
                     quantize_options q_options;
                     q_options.batch_size = 1;
                     q_options.threads = 1;

@@ -126,7 +126,11 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--model", model, "--data", data_file("shape.pt", calib="torch.randn(4, 3, 28, 28)"), "--no-per-layer",
         expect_status=2, expect_text="calibration batch 0 ([4, 3, 28, 28] Float) does not fit the model")
     run("--model", model, "--data", data_file("dtype.pt", calib="torch.ones(4, 1, 28, 28, dtype=torch.long)"),
-        "--no-per-layer", expect_status=2, expect_text="has dtype Long")
+        "--no-per-layer", expect_status=2, expect_text="([4, 1, 28, 28] Long) does not fit the model: RuntimeError")
+    run("--model", model, "--data", data_file("both.pt", calib=images, calib_0=images), "--no-per-layer",
+        expect_status=2, expect_text="has both 'calib' and 'calib_0'")
+    run("--model", model, "--data", data_file("ragged.pt", calib_0=images, calib_1="torch.randn(7, 4)"),
+        "--no-per-layer", expect_status=2, expect_text="'calib_1' has 7 rows, 'calib_0' 8")
     # An output directory nobody may write: /proc refuses new files even to root (CI runs as
     # root, for whom a chmod 555 directory is still writable).
     run("--model", model, "--data", data, "--out", "/proc/versatil-q.pt", "--no-per-layer", expect_status=2,

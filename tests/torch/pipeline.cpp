@@ -9,6 +9,9 @@
 
 #include "torch_test_helpers.hpp"
 #include "versatil/torch.hpp"
+#include "versatil/torch/batch.hpp"
+#include "versatil/torch/graph_walk.hpp"
+#include "versatil/torch/inference_graph.hpp"
 #include "versatil/torch/models.hpp"
 
 using namespace versatil;
@@ -66,7 +69,7 @@ TEST_CASE("both backends quantize a CNN + MLP, static and dynamic, with real qua
         const quantization_result result = quantize(model, compose({{"", backend(e.spec)}}), data, {1, 1, false, false});
         CHECK(result.report.engine == e.engine);
         CHECK(result.report.sqnr_db > e.floor);
-        CHECK(result.report.quantizable_ops == 4);
+        CHECK(result.report.quantizable_ops == (e.quantized_convs == 0 ? 2 : 4));  // dynamic: linears only
         const ::torch::jit::Module& lowered = result.model.module;
         CHECK(count_kind(lowered, "quantized::conv2d_relu") == e.quantized_convs);  // conv + relu fused
         if (e.quantized_convs == 0) {
@@ -213,7 +216,7 @@ TEST_CASE("backends lowering to different engines cannot share a model") {
 
 TEST_CASE("bad calibration data is rejected by batch, before any observer sees it") {
     prepared_model prepared = prepare(small_cnn_mlp(0), compose({{"", backend("x86_inductor")}}));
-    const auto kind_of = [&](const std::vector<at::Tensor>& batches) {
+    const auto kind_of = [&](const std::vector<batch>& batches) {
         try {
             calibrate(prepared, batches);
         } catch (const error& failure) {
@@ -223,15 +226,15 @@ TEST_CASE("bad calibration data is rejected by batch, before any observer sees i
     };
     CHECK(kind_of({}).first == error_kind::no_calibration_data);
     auto with_nan = smooth_batches(3, 4, 1);
-    with_nan[2][1][0][5][5] = std::numeric_limits<float>::quiet_NaN();
+    with_nan[2].input()[1][0][5][5] = std::numeric_limits<float>::quiet_NaN();
     const auto [nan_kind, nan_message] = kind_of(with_nan);
     CHECK(nan_kind == error_kind::invalid_calibration_data);
     CHECK(nan_message.find("calibration batch 2 holds NaN or Inf") != std::string::npos);
     auto with_inf = smooth_batches(1, 4, 1);
-    with_inf[0][0][0][0][0] = std::numeric_limits<float>::infinity();
+    with_inf[0].input()[0][0][0][0] = std::numeric_limits<float>::infinity();
     CHECK(kind_of(with_inf).first == error_kind::invalid_calibration_data);
     CHECK(kind_of({at::empty({0, 1, 28, 28})}).second.find("calibration batch 0 is empty") != std::string::npos);
-    CHECK(kind_of({at::ones({2, 1, 28, 28}, at::kLong)}).second.find("dtype") != std::string::npos);
+    CHECK(kind_of({at::ones({2, 1, 28, 28}, at::kComplexFloat)}).second.find("dtype ComplexFloat") != std::string::npos);
     const auto [shape_kind, shape_message] = kind_of({at::randn({2, 1, 28, 28}), at::randn({2, 1, 14, 14})});
     CHECK(shape_kind == error_kind::invalid_calibration_data);
     CHECK(shape_message.find("calibration batch 1 ([2, 1, 14, 14] Float) does not fit the model") != std::string::npos);
@@ -263,4 +266,74 @@ TEST_CASE("attention's q/k/v projections share one input and one QConfig under x
         CHECK(result.report.adjustments.size() == static_cast<std::size_t>(result.report.quantizable_ops));
         CHECK(result.report.sqnr_db > 20.0);
     }
+}
+
+namespace {
+// A module whose forward branches on self.training, as stochastic depth and dropout do.
+::torch::jit::Module training_branch_model() {
+    ::torch::jit::Module model("__torch__.versatil.tests.TrainingBranch");
+    model.register_parameter("weight", at::ones({1}), false);
+    model.define(R"(
+def forward(self, x):
+    if self.training:
+        return x * self.weight * 2.0
+    return x * self.weight
+)");
+    model.eval();
+    return model;
+}
+
+int if_nodes(const ::torch::jit::Module& model) {
+    return static_cast<int>(
+        nodes_where(model.get_method("forward").graph(), [](const ::torch::jit::Node* node) {
+            return node->kind() == c10::prim::If;
+        }).size());
+}
+}  // namespace
+
+TEST_CASE("inference specialization folds training-only branches in a clone, never in the caller's model") {
+    const ::torch::jit::Module model = training_branch_model();
+    ::torch::jit::Module clone = model.clone();
+    clone.eval();
+    CHECK(specialize_for_inference(clone, specialization_depth::none).constants == 0);
+    CHECK(if_nodes(clone) == 1);
+    const inference_specialization changes = specialize_for_inference(clone, specialization_depth::branches);
+    CHECK(changes.constants == 1);
+    CHECK(if_nodes(clone) == 0);
+    CHECK(if_nodes(model) == 1);  // the caller's graphs are untouched
+    const at::Tensor x = at::randn({3});
+    CHECK(at::equal(clone.forward({x}).toTensor(), ::torch::jit::Module(model).forward({x}).toTensor()));
+}
+
+TEST_CASE("a model's outputs are named by where they sit: tuples, lists and dicts, nested") {
+    c10::impl::GenericDict heads(c10::StringType::get(), c10::TensorType::get());
+    heads.insert("logits", at::zeros({2, 3}));
+    heads.insert("box", at::ones({2, 4}));
+    const c10::IValue output = c10::ivalue::Tuple::create({at::zeros({2}), heads, c10::IValue()});
+    const std::vector<named_output> flat = flatten_output(output);
+    REQUIRE(flat.size() == 3);
+    CHECK(flat[0].name == "0");
+    CHECK(flat[1].name == "1.logits");
+    CHECK(flat[2].name == "1.box");
+    CHECK(flatten_output(at::zeros({1})).front().name.empty());
+    CHECK_THROWS_WITH_AS(flatten_output(c10::IValue(3)), doctest::Contains("no tensor in it"), error);
+}
+
+TEST_CASE("batches of several inputs split together; inputs with different sample counts are refused") {
+    const std::vector<batch> batches = split_batches({at::zeros({5, 3}), at::ones({5, 2}, at::kLong)}, 2);
+    REQUIRE(batches.size() == 3);
+    CHECK(batches[2].samples() == 1);
+    CHECK(batches[0].arity() == 2);
+    CHECK(batches[0].input(1).scalar_type() == at::kLong);
+    CHECK_THROWS_WITH_AS(split_batches({at::zeros({5, 3}), at::zeros({4, 3})}, 2),
+                         doctest::Contains("input 1 has 4 samples, input 0 has 5"), error);
+}
+
+TEST_CASE("LibTorch messages shrink to the line that says something") {
+    CHECK(first_line("\nExpected a value\n  frame #0") == "Expected a value");
+    CHECK(first_line("forward(Tensor x) -> Tensor:\nExpected a value of type 'Tensor'\nmore") ==
+          "forward(Tensor x) -> Tensor: Expected a value of type 'Tensor'");
+    CHECK(first_line("") == "");
+    CHECK(first_line("The following operation failed in the TorchScript interpreter.\nTraceback:\n  x\n"
+                     "RuntimeError: expected scalar type Float\n") == "RuntimeError: expected scalar type Float");
 }

@@ -167,6 +167,6 @@ TEST_CASE("QAT needs training data and mixes with no post-training target") {
     REQUIRE_FALSE(mixed.has_value());
     CHECK(mixed.error().rule == composition_rule::qat_and_ptq_must_not_mix);
     prepared_model ptq = prepare(small_cnn_mlp(0), compose("xnnpack"));
-    CHECK_THROWS_WITH_AS(train_qat(ptq, data.calibration[0], at::zeros({8}, at::kLong), {}),
+    CHECK_THROWS_WITH_AS(train_qat(ptq, data.calibration[0].input(), at::zeros({8}, at::kLong), {}),
                          doctest::Contains("post-training"), error);
 }

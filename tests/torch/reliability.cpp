@@ -58,7 +58,7 @@ int check_qparams(const ::torch::jit::Module& converted) {
 
 struct numerical_case {
     const char* name;
-    std::vector<at::Tensor> calibration;
+    std::vector<batch> calibration;
     at::Tensor sample;
     bool zero_weight_channels = false;
 };

@@ -23,7 +23,7 @@ inline at::Tensor smooth_images(std::int64_t count, std::uint64_t seed) {
     return at::upsample_bilinear2d(at::randn({count, 1, 7, 7}, generator), {28, 28}, false);
 }
 
-inline std::vector<at::Tensor> smooth_batches(std::int64_t batches, std::int64_t rows, std::uint64_t seed) {
+inline std::vector<libtorch::batch> smooth_batches(std::int64_t batches, std::int64_t rows, std::uint64_t seed) {
     return libtorch::split_batches(smooth_images(batches * rows, seed), rows);
 }
 

@@ -54,12 +54,13 @@ inputs from_files(const std::string& model_path, const std::optional<std::string
     inputs loaded{load_model(model_path), {}};
     if (!data_path) return loaded;
     const data_file file = load_data_file(*data_path);
-    if (file.calib && (file.calib->dim() == 0 || file.calib->size(0) == 0))
+    const std::vector<at::Tensor> calibration = file.calibration();
+    if (!calibration.empty() && calibration.front().size(0) == 0)
         throw error(error_kind::invalid_calibration_data,
-                    "data file '" + *data_path + "': 'calib' (" + describe_shape(*file.calib) +
+                    "data file '" + *data_path + "': 'calib' (" + describe_shape(calibration.front()) +
                         ") holds no sample; give calibration samples batched along dim 0");
-    if (file.calib) loaded.data.calibration = split_batches(*file.calib, calibration_batch_rows);
-    if (file.test) loaded.data.evaluation = split_batches(*file.test, calibration_batch_rows);
+    loaded.data.calibration = split_batches(calibration, calibration_batch_rows);
+    loaded.data.evaluation = split_batches(file.evaluation(), calibration_batch_rows);
     loaded.data.evaluation_labels = file.test_labels;
     loaded.data.train_inputs = file.train_inputs;
     loaded.data.train_labels = file.train_labels;
@@ -93,9 +94,10 @@ int main(int argc, char** argv) {
     std::int64_t batch = 1;
     int threads = 1;
     bool per_layer = true;
+    bool verbose = false;
     qat_options qat;
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
-    app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels");
+    app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
     app.add_option("--target", target_texts,
                    "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor or xnnpack, OPT dynamic, qat, reduce_range or "
                    "per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     app.add_option("--lr", qat.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
                    "QAT: stop moving quantization ranges after this many steps (default: never)");
+    app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
     CLI11_PARSE(app, argc, argv);
 
     try {
@@ -130,7 +133,7 @@ int main(int argc, char** argv) {
         if (quantizer->is_qat() && !model_path) {
             // The embedded default trains on its own synthetic task: labels from a fixed random
             // linear map of the inputs, which the float model can learn.
-            const at::Tensor inputs = at::cat(in.data.calibration);
+            const at::Tensor inputs = concatenate(in.data.calibration).front();
             const at::Generator generator = at::detail::createCPUGenerator(7);
             const at::Tensor projection = at::randn({inputs[0].numel(), 10}, generator);
             in.data.train_inputs = inputs;
@@ -153,7 +156,10 @@ int main(int argc, char** argv) {
         const bool bad_input = failure.kind() != error_kind::lowering_failed;
         return bad_input ? 2 : 1;
     } catch (const std::exception& failure) {
-        std::fprintf(stderr, "versatil-quantize: error: %s\n", failure.what());
+        // Not a failure this layer foresaw: one line, the rest (LibTorch's backtrace) with --verbose.
+        const std::string message = verbose ? failure.what() : first_line(without_backtrace(failure));
+        std::fprintf(stderr, "versatil-quantize: internal error: %s%s\n", message.c_str(),
+                     verbose ? "" : " (--verbose shows LibTorch's full message)");
         return 1;
     }
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "versatil/torch/batch.hpp"
 #include "versatil/torch/error.hpp"
 #include "versatil/torch/prepare.hpp"
 #include "versatil/torch/progress.hpp"
@@ -20,34 +21,36 @@ inline std::string describe_shape(const at::Tensor& tensor) {
     return text + "] " + std::string(c10::toString(tensor.scalar_type()));
 }
 
-// Rejects what would corrupt observers or crash the model, naming the batch.
-inline void check_batch(const at::Tensor& batch, std::size_t index, const char* what = "calibration batch") {
-    const std::string name = std::string(what) + " " + std::to_string(index);
-    if (!batch.defined() || batch.numel() == 0)
-        throw error(error_kind::invalid_calibration_data, name + " is empty; give batches with at least one sample");
-    if (!at::isFloatingType(batch.scalar_type()))
-        throw error(error_kind::invalid_calibration_data,
-                    name + " has dtype " + std::string(c10::toString(batch.scalar_type())) +
-                        "; the model takes floating-point input");
-    if (!at::isfinite(batch).all().item<bool>())
-        throw error(error_kind::invalid_calibration_data,
-                    name + " holds NaN or Inf values; clean or drop that batch before calibrating");
+inline std::string describe_shape(const batch& inputs) {
+    std::string text;
+    for (const at::Tensor& input : inputs.inputs()) text += (text.empty() ? "" : ", ") + describe_shape(input);
+    return text;
 }
 
-// Splits a tensor batched along dim 0 into batches of at most `batch_size` rows.
-inline std::vector<at::Tensor> split_batches(const at::Tensor& data, std::int64_t batch_size) {
-    if (!data.defined() || data.dim() == 0) return {};
-    std::vector<at::Tensor> batches;
-    for (std::int64_t start = 0; start < data.size(0); start += batch_size)
-        batches.push_back(data.slice(0, start, std::min(start + batch_size, data.size(0))));
-    return batches;
+// Rejects what would corrupt observers or crash the model, naming the batch. Integer inputs
+// (token ids, indices) are data like any other: they have no NaN to check.
+inline void check_batch(const batch& inputs, std::size_t index, const char* what = "calibration batch") {
+    const std::string name = std::string(what) + " " + std::to_string(index);
+    for (std::size_t i = 0; i < inputs.arity(); ++i) {
+        const at::Tensor& input = inputs.input(i);
+        const std::string which = inputs.arity() == 1 ? name : name + " input " + std::to_string(i);
+        if (!input.defined() || input.numel() == 0)
+            throw error(error_kind::invalid_calibration_data, which + " is empty; give batches with at least one sample");
+        if (at::isComplexType(input.scalar_type()))
+            throw error(error_kind::invalid_calibration_data,
+                        which + " has dtype " + std::string(c10::toString(input.scalar_type())) +
+                            "; quantized models take real-valued or integer input");
+        if (at::isFloatingType(input.scalar_type()) && !at::isfinite(input).all().item<bool>())
+            throw error(error_kind::invalid_calibration_data,
+                        which + " holds NaN or Inf values; clean or drop that batch before calibrating");
+    }
 }
 
 struct calibration_options {
     bool progress = true;  // drawn only on a terminal
 };
 
-inline void calibrate(prepared_model& prepared, const std::vector<at::Tensor>& batches,
+inline void calibrate(prepared_model& prepared, const std::vector<batch>& batches,
                       const calibration_options& options = {}) {
     if (batches.empty()) {
         if (prepared.quantizer.needs_calibration())
@@ -61,7 +64,7 @@ inline void calibrate(prepared_model& prepared, const std::vector<at::Tensor>& b
     progress_bar bar("calibrating", static_cast<std::int64_t>(batches.size()), options.progress);
     for (std::size_t i = 0; i < batches.size(); ++i) {
         try {
-            prepared.module.forward({batches[i]});
+            prepared.module.forward(batches[i].arguments());
         } catch (const c10::Error& failure) {
             throw error(error_kind::invalid_calibration_data,
                         "calibration batch " + std::to_string(i) + " (" + describe_shape(batches[i]) +

@@ -25,8 +25,14 @@ struct converted_model {
 inline converted_model convert(const prepared_model& prepared) {
     const auto start = std::chrono::steady_clock::now();
     ::torch::jit::Module observed = prepared.module;
-    ::torch::jit::Module module =
-        ::torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false, prepared.quant_type);
+    ::torch::jit::Module module;
+    try {
+        module = ::torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
+                                                  prepared.quant_type);
+    } catch (const std::exception& failure) {
+        throw error(error_kind::unsupported_model, "LibTorch cannot insert quantize/dequantize pairs in this model: " +
+                                                       first_line(without_backtrace(failure)));
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return {module, prepared.quantizer, prepared.quant_type, prepared.engine, prepared.adjustments, seconds};
 }

@@ -3,9 +3,13 @@
 // does too (the core, which firmware uses, does not).
 #pragma once
 
+#include <c10/util/Exception.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace versatil::libtorch {
 
@@ -20,6 +24,7 @@ enum class error_kind {
     invalid_data_file,         // a data file without the expected tensors
     io_error,                  // an output that cannot be written
     lowering_failed,           // the engine rejected the converted model
+    unsupported_model,         // the model uses something this LibTorch cannot quantize
 };
 
 constexpr std::string_view to_string(error_kind kind) noexcept {
@@ -34,12 +39,38 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
         case error_kind::invalid_data_file: return "invalid_data_file";
         case error_kind::io_error: return "io_error";
         case error_kind::lowering_failed: return "lowering_failed";
+        case error_kind::unsupported_model: return "unsupported_model";
     }
     return "unknown";
 }
 
-// The first line of a LibTorch error: the rest is a C++ or TorchScript backtrace.
-inline std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+// The line of a LibTorch error that says what went wrong, without the C++ or TorchScript
+// backtrace around it: the first line that says something (TorchScript's start blank), with
+// the next when it ends in ':' (a schema, then what is wrong with the call); for an error
+// inside the TorchScript interpreter, whose first line only says that, the last line (the
+// exception it raised).
+inline std::string first_line(const std::string& message) {
+    const auto line_at = [&](std::size_t from) {
+        const std::size_t start = std::min(message.find_first_not_of("\n \t", from), message.size());
+        const std::size_t end = std::min(message.find('\n', start), message.size());
+        return std::pair{message.substr(start, end - start), end};
+    };
+    const auto [first, end] = line_at(0);
+    if (first == "The following operation failed in the TorchScript interpreter.") {
+        const std::size_t last_end = message.find_last_not_of("\n \t");
+        const std::size_t last_start = message.rfind('\n', last_end);
+        return message.substr(last_start == std::string::npos ? 0 : last_start + 1,
+                              last_end - (last_start == std::string::npos ? 0 : last_start + 1) + 1);
+    }
+    if (first.empty() || first.back() != ':') return first;
+    return first + " " + line_at(end).first;
+}
+
+// A LibTorch exception's message without the C++ backtrace c10::Error appends.
+inline std::string without_backtrace(const std::exception& failure) {
+    if (const auto* c10_error = dynamic_cast<const c10::Error*>(&failure)) return c10_error->what_without_backtrace();
+    return failure.what();
+}
 
 class error : public std::runtime_error {
 public:

@@ -2,6 +2,7 @@
 // size, latency (median of repeated runs after warm-up), top-1 accuracy and op counts.
 #pragma once
 
+#include <ATen/record_function.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
@@ -9,33 +10,51 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "versatil/torch/batch.hpp"
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/graph_walk.hpp"
 
 namespace versatil::libtorch {
 
-inline at::Tensor forward_tensor(::torch::jit::Module& module, const at::Tensor& input) {
-    const c10::IValue output = module.forward({input});
-    if (!output.isTensor())
-        throw error(error_kind::invalid_argument, "the model's forward must return one tensor, not " +
-                                                      output.tagKind());
-    return output.toTensor();
-}
+// A model's outputs over many batches: each tensor it returns, concatenated along dim 0.
+struct model_outputs {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> tensors;
+};
 
-// Outputs for each batch, concatenated along dim 0 (no gradients).
-inline at::Tensor run_batches(const ::torch::jit::Module& model, const std::vector<at::Tensor>& batches) {
+// Outputs for each batch, concatenated along dim 0, as float (no gradients).
+inline model_outputs run_batches(const ::torch::jit::Module& model, const std::vector<batch>& batches) {
     const ::torch::NoGradGuard no_grad;
     ::torch::jit::Module module = model;
-    std::vector<at::Tensor> outputs;
-    outputs.reserve(batches.size());
-    for (const at::Tensor& batch : batches) outputs.push_back(forward_tensor(module, batch).to(at::kFloat));
-    return at::cat(outputs);
+    model_outputs outputs;
+    std::vector<std::vector<at::Tensor>> parts;
+    for (const batch& inputs : batches) {
+        const std::vector<named_output> returned = flatten_output(module.forward(inputs.arguments()));
+        if (parts.empty()) {
+            for (const named_output& output : returned) outputs.names.push_back(output.name);
+            parts.resize(returned.size());
+        }
+        if (returned.size() != parts.size())
+            throw error(error_kind::unsupported_model, "the model returned " + std::to_string(returned.size()) +
+                                                           " tensors for one batch and " +
+                                                           std::to_string(parts.size()) + " for another");
+        for (std::size_t i = 0; i < returned.size(); ++i) {
+            const at::Tensor& tensor = returned[i].tensor;
+            parts[i].push_back((tensor.dim() == 0 ? tensor.unsqueeze(0) : tensor).to(at::kFloat));
+        }
+    }
+    for (const std::vector<at::Tensor>& output : parts) outputs.tensors.push_back(at::cat(output));
+    return outputs;
 }
 
 struct output_comparison {
+    std::string name;  // the output's place ("" for a lone tensor or for all outputs together)
     double max_abs_diff = 0.0;
     double mean_abs_diff = 0.0;
     double sqnr_db = std::numeric_limits<double>::infinity();  // infinite when identical
@@ -55,6 +74,26 @@ inline output_comparison compare_outputs(const at::Tensor& reference, const at::
     return result;
 }
 
+// Every output compared on its own, then all together (their values as one signal).
+struct outputs_comparison {
+    output_comparison overall;
+    std::vector<output_comparison> outputs;  // one per returned tensor
+};
+
+inline outputs_comparison compare_outputs(const model_outputs& reference, const model_outputs& actual) {
+    outputs_comparison result;
+    std::vector<at::Tensor> all_reference, all_actual;
+    for (std::size_t i = 0; i < reference.tensors.size(); ++i) {
+        output_comparison one = compare_outputs(reference.tensors[i], actual.tensors.at(i));
+        one.name = reference.names[i];
+        result.outputs.push_back(one);
+        all_reference.push_back(reference.tensors[i].flatten());
+        all_actual.push_back(actual.tensors[i].flatten());
+    }
+    result.overall = compare_outputs(at::cat(all_reference), at::cat(all_actual));
+    return result;
+}
+
 inline std::int64_t serialized_bytes(const ::torch::jit::Module& model) {
     std::ostringstream stream;
     model.save(stream);
@@ -63,17 +102,18 @@ inline std::int64_t serialized_bytes(const ::torch::jit::Module& model) {
 
 // Median wall time of one forward, in milliseconds: `warmup` runs first, then at least
 // `min_runs` runs and at least `min_seconds` in all.
-inline double median_latency_ms(const ::torch::jit::Module& model, const at::Tensor& input, int warmup = 5,
+inline double median_latency_ms(const ::torch::jit::Module& model, const batch& input, int warmup = 5,
                                 int min_runs = 20, double min_seconds = 0.25) {
     const ::torch::NoGradGuard no_grad;
     ::torch::jit::Module module = model;
-    for (int i = 0; i < warmup; ++i) forward_tensor(module, input);
+    const std::vector<c10::IValue> arguments = input.arguments();
+    for (int i = 0; i < warmup; ++i) module.forward(arguments);
     std::vector<double> times;
     const auto begin = std::chrono::steady_clock::now();
     while (static_cast<int>(times.size()) < min_runs ||
            std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < min_seconds) {
         const auto start = std::chrono::steady_clock::now();
-        forward_tensor(module, input);
+        module.forward(arguments);
         times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
         if (times.size() >= 2000) break;
     }
@@ -81,7 +121,9 @@ inline double median_latency_ms(const ::torch::jit::Module& model, const at::Ten
     return times[times.size() / 2];
 }
 
-inline double top1_accuracy(const at::Tensor& logits, const at::Tensor& labels) {
+// Top-1 accuracy of the model's first output, taken as class logits.
+inline double top1_accuracy(const model_outputs& outputs, const at::Tensor& labels) {
+    const at::Tensor& logits = outputs.tensors.front();
     if (logits.size(0) != labels.size(0))
         throw error(error_kind::invalid_data_file, "the labels (" + std::to_string(labels.size(0)) +
                                                        ") do not match the test samples (" +
@@ -89,20 +131,73 @@ inline double top1_accuracy(const at::Tensor& logits, const at::Tensor& labels) 
     return logits.argmax(1).eq(labels.to(at::kLong)).to(at::kDouble).mean().item<double>();
 }
 
-// Nodes of `kinds` in a module's forward, with every submodule call inlined.
-inline std::int64_t count_nodes(const ::torch::jit::Module& model, bool (*matches)(std::string_view kind)) {
-    auto graph = model.get_method("forward").graph()->copy();
-    ::torch::jit::Inline(*graph);
-    std::int64_t count = 0;
-    for (const ::torch::jit::Node* node : graph->nodes())
-        count += matches(node->kind().toQualString()) ? 1 : 0;
-    return count;
-}
+inline bool is_linear_op(std::string_view kind) { return kind == "aten::linear"; }
 
 // Conv and linear: the weighted ops a backend quantizes.
 inline bool is_quantizable_op(std::string_view kind) {
-    return kind == "aten::linear" || kind == "aten::conv1d" || kind == "aten::conv2d" || kind == "aten::conv3d" ||
-           kind == "aten::_convolution";
+    return is_linear_op(kind) || kind == "aten::conv1d" || kind == "aten::conv2d" || kind == "aten::conv3d";
+}
+
+// Dynamic quantization in this LibTorch quantizes linear layers only.
+inline auto quantizable_op_test(bool dynamic) { return dynamic ? is_linear_op : is_quantizable_op; }
+
+// Nodes of `kinds` in a module's forward at any depth, with every submodule and function
+// call inlined: every call site counts, in `if` and loop bodies too.
+inline std::int64_t count_nodes(const ::torch::jit::Module& model, bool (*matches)(std::string_view kind)) {
+    auto graph = model.get_method("forward").graph()->copy();
+    ::torch::jit::Inline(*graph);
+    return static_cast<std::int64_t>(
+        nodes_where(graph, [&](const ::torch::jit::Node* node) { return matches(node->kind().toQualString()); }).size());
+}
+
+namespace detail {
+inline thread_local std::map<std::string, std::int64_t>* executed_op_counts = nullptr;
+
+inline std::unique_ptr<at::ObserverContext> count_executed_op(const at::RecordFunction& call) {
+    if (executed_op_counts) ++(*executed_op_counts)[call.name()];
+    return nullptr;
+}
+}  // namespace detail
+
+// How often one forward on `inputs` runs each op, by name, as LibTorch's profiler sees them:
+// every call site that runs counts, whichever module, method or function it sits in, and
+// branches that do not run do not.
+inline std::map<std::string, std::int64_t> executed_ops(const ::torch::jit::Module& model, const batch& inputs) {
+    std::map<std::string, std::int64_t> counts;
+    ::torch::jit::Module module = model;
+    const ::torch::NoGradGuard no_grad;
+    detail::executed_op_counts = &counts;
+    const at::CallbackHandle handle = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(&detail::count_executed_op).scopes({at::RecordScope::FUNCTION}));
+    const auto stop = [&] {
+        at::removeCallback(handle);
+        detail::executed_op_counts = nullptr;
+    };
+    try {
+        module.forward(inputs.arguments());
+    } catch (...) {
+        stop();
+        throw;
+    }
+    stop();
+    return counts;
+}
+
+inline std::int64_t count_ops(const std::map<std::string, std::int64_t>& counts, bool (*matches)(std::string_view kind)) {
+    std::int64_t total = 0;
+    for (const auto& [name, count] : counts)
+        if (matches(name)) total += count;
+    return total;
+}
+
+// Whether a module calls an op of `kinds` itself, from forward or any helper method such as
+// Conv2d's _conv_forward (calls into its submodules are theirs).
+inline bool calls_op(const ::torch::jit::Module& module, bool (*matches)(std::string_view kind)) {
+    for (const auto& graph : method_graphs(module.type()))
+        if (!nodes_where(graph, [&](const ::torch::jit::Node* node) { return matches(node->kind().toQualString()); })
+                 .empty())
+            return true;
+    return false;
 }
 
 inline bool is_quantized_op(std::string_view kind) {

@@ -19,8 +19,11 @@
 #include "versatil/core/quantizer.hpp"
 #include "versatil/torch/engine.hpp"
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/module_tree.hpp"
 #include "versatil/torch/fake_quantize.hpp"
+#include "versatil/torch/inference_graph.hpp"
+#include "versatil/torch/measure.hpp"
+#include "versatil/torch/module_tree.hpp"
+#include "versatil/torch/shared_types.hpp"
 
 namespace versatil::libtorch {
 
@@ -64,14 +67,6 @@ inline at::QEngine engine_of(const runtime_quantizer& quantizer) {
 }
 
 namespace detail {
-
-inline bool calls_linear(const ::torch::jit::Module& module) {
-    const auto forward = module.find_method("forward");
-    if (!forward) return false;
-    for (const ::torch::jit::Node* node : forward->graph()->nodes())
-        if (node->kind() == c10::Symbol::fromQualString("aten::linear")) return true;
-    return false;
-}
 
 // XNNPACK's int8 linear kernel in this LibTorch takes per-tensor weights only
 // ("quantized::linear (xnnpack): Unsupported config for dtype KQInt8"); a linear layer gets
@@ -121,7 +116,7 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
     }
     for (const auto& item : model.named_modules()) {
         const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
-        if (!applies || !detail::needs_per_tensor_linear(*applies) || !detail::calls_linear(item.value)) continue;
+        if (!applies || !detail::needs_per_tensor_linear(*applies) || !calls_op(item.value, is_linear_op)) continue;
         target_qconfigs& qconfigs = by_target.find(applies->module_path)->second;
         if (!qconfigs.per_tensor_linear)
             qconfigs.per_tensor_linear = ::torch::jit::QConfig{
@@ -140,19 +135,43 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_q
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
     check_model_fits(model, quantizer);
     const at::QEngine engine = engine_of(quantizer);
+    prepared_model prepared{model, quantizer, ::torch::jit::QuantType::STATIC, engine, {}, 0.0};
 
-    ::torch::jit::Module clone = model.clone();
-    clone.eval();  // folding and freezing need eval mode
-    // Batch norm is folded into the convolution before observers (QAT included): what is
-    // then trained is exactly what convert quantizes. See qat.hpp.
-    ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
-    reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
-
-    prepared_model prepared{folded, quantizer, ::torch::jit::QuantType::STATIC, engine, {}, 0.0};
-    prepared.engine = engine;
     prepared.quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
-    const ::torch::jit::QConfigDict dict = qconfig_dict(folded, quantizer, prepared.adjustments);
-    prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, prepared.quant_type);
+
+    // Post-training quantization runs the model as it will be deployed, in eval mode: where
+    // LibTorch cannot place observers in the graphs as scripted, they are specialized for
+    // inference (inference_graph.hpp), a step deeper each time. QAT trains, and keeps them.
+    std::vector<specialization_depth> depths{specialization_depth::none};
+    if (!quantizer.is_qat())
+        depths.insert(depths.end(), {specialization_depth::branches, specialization_depth::constants,
+                                     specialization_depth::inlined});
+    for (const specialization_depth depth : depths) {
+        ::torch::jit::Module clone = model.clone();
+        clone.eval();  // folding and freezing need eval mode
+        const inference_specialization changes = specialize_for_inference(clone, depth);
+        // Batch norm is folded into the convolution before observers (QAT included): what is
+        // then trained is exactly what convert quantizes. See qat.hpp.
+        ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+        reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
+        std::vector<adjustment> adjustments;
+        const ::torch::jit::QConfigDict dict = qconfig_dict(folded, quantizer, adjustments);
+        split_shared_types(folded, dict);
+        try {
+            prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, prepared.quant_type);
+        } catch (const std::exception& failure) {
+            if (depth != depths.back()) continue;
+            throw error(error_kind::unsupported_model,
+                        "LibTorch cannot place observers in this model: " + first_line(without_backtrace(failure)));
+        }
+        if (changes.fast_paths > 0)
+            adjustments.push_back({"", std::to_string(changes.fast_paths) +
+                                           " fused inference fast path(s) (nn.TransformerEncoderLayer, "
+                                           "nn.MultiheadAttention) replaced by their reference branches, whose linear "
+                                           "layers quantize"});
+        prepared.adjustments = std::move(adjustments);
+        break;
+    }
     prepared.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return prepared;
 }

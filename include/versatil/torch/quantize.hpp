@@ -20,8 +20,8 @@
 namespace versatil::libtorch {
 
 struct quantize_data {
-    std::vector<at::Tensor> calibration{};          // batches; static targets need at least one
-    std::vector<at::Tensor> evaluation{};           // held-out batches; calibration data when empty
+    std::vector<batch> calibration{};               // batches; static targets need at least one
+    std::vector<batch> evaluation{};                // held-out batches; calibration data when empty
     std::optional<at::Tensor> evaluation_labels{};  // int64 class labels for every evaluation sample
     std::optional<at::Tensor> train_inputs{};       // QAT: training samples, batched along dim 0
     std::optional<at::Tensor> train_labels{};       // QAT: their int64 class labels
@@ -67,24 +67,54 @@ inline lowered_model quantize_model(const ::torch::jit::Module& model, const run
 
 namespace detail {
 
-inline bool calls_quantizable_op(const ::torch::jit::Module& module) {
-    const auto forward = module.find_method("forward");
-    if (!forward) return false;
-    for (const ::torch::jit::Node* node : forward->graph()->nodes())
-        if (is_quantizable_op(node->kind().toQualString())) return true;
-    return false;
+// `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
+inline batch timing_batch(const std::vector<batch>& batches, std::int64_t batch_size) {
+    std::vector<at::Tensor> inputs = concatenate(batches);
+    for (at::Tensor& input : inputs) {
+        while (input.size(0) < batch_size) input = at::cat({input, input});
+        input = input.slice(0, 0, batch_size).contiguous();
+    }
+    return batch(std::move(inputs));
 }
 
-// `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
-inline at::Tensor timing_batch(const std::vector<at::Tensor>& batches, std::int64_t batch_size) {
-    at::Tensor all = at::cat(batches);
-    while (all.size(0) < batch_size) all = at::cat({all, all});
-    return all.slice(0, 0, batch_size).contiguous();
+// The floating-point type the model computes in: that of its first floating parameter or
+// buffer (none for a model without any).
+inline std::optional<at::ScalarType> model_float_type(const ::torch::jit::Module& model) {
+    for (const at::Tensor& parameter : model.parameters())
+        if (at::isFloatingType(parameter.scalar_type())) return parameter.scalar_type();
+    for (const at::Tensor& buffer : model.buffers())
+        if (at::isFloatingType(buffer.scalar_type())) return buffer.scalar_type();
+    return std::nullopt;
+}
+
+// Floating inputs of another type than the model's (a float64 data file for a float32
+// model) are converted to the model's, with one note per input and type.
+inline void conform_input_types(const ::torch::jit::Module& model, std::vector<batch>& batches, const char* what,
+                                std::vector<adjustment>& notes) {
+    const std::optional<at::ScalarType> model_type = model_float_type(model);
+    if (!model_type) return;
+    std::vector<std::string> noted;
+    for (batch& inputs : batches) {
+        std::vector<at::Tensor> converted = inputs.inputs();
+        bool changed = false;
+        for (std::size_t i = 0; i < converted.size(); ++i) {
+            const at::ScalarType type = converted[i].scalar_type();
+            if (!at::isFloatingType(type) || type == *model_type) continue;
+            const std::string note = std::string(what) + (converted.size() > 1 ? " input " + std::to_string(i) : "") +
+                                     " converted from " + c10::toString(type) + " to the model's " +
+                                     c10::toString(*model_type);
+            if (std::find(noted.begin(), noted.end(), note) == noted.end()) noted.push_back(note);
+            converted[i] = converted[i].to(*model_type);
+            changed = true;
+        }
+        if (changed) inputs = batch(std::move(converted));
+    }
+    for (const std::string& note : noted) notes.push_back({"", note});
 }
 
 inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                              const quantize_data& data, const at::Tensor& reference,
-                                              const std::vector<at::Tensor>& evaluation, int threads) {
+                                              const quantize_data& data, const model_outputs& reference,
+                                              const std::vector<batch>& evaluation, int threads) {
     std::vector<layer_sqnr> layers;
     const std::size_t calibration_batches = std::min<std::size_t>(data.calibration.size(), 8);
     quantize_data subset;
@@ -92,11 +122,11 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
                               data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
     for (const auto& item : model.named_modules()) {
         const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
-        if (!applies || item.name.empty() || !calls_quantizable_op(item.value)) continue;
+        if (!applies || item.name.empty() || !calls_op(item.value, quantizable_op_test(quantizer.is_dynamic()))) continue;
         auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
         const lowered_model lowered = quantize_model(model, *alone, subset, {1, threads, false, false});
         const engine_scope engine(engine_settings{lowered.engine, threads, std::nullopt});
-        layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).sqnr_db});
+        layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db});
     }
     std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
     return layers;
@@ -107,8 +137,12 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
 inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {}) {
     const auto start = std::chrono::steady_clock::now();
+    quantize_data conformed = data;
+    std::vector<adjustment> input_notes;
+    detail::conform_input_types(model, conformed.calibration, "calibration data", input_notes);
+    detail::conform_input_types(model, conformed.evaluation, "evaluation data", input_notes);
     std::optional<qat_result> training;
-    lowered_model lowered = quantize_model(model, quantizer, data, options, &training);
+    lowered_model lowered = quantize_model(model, quantizer, conformed, options, &training);
     quantization_report report;
     report.quantize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (training) {
@@ -121,15 +155,15 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
         report.targets.push_back({std::string(target.path), target.is_exclude() ? "none" : std::string(target.backend->name),
                                   target.is_exclude() ? "" : std::string(target.backend->options)});
     report.engine = engine_name(lowered.engine);
-    report.adjustments = lowered.adjustments;
-    report.quantizable_ops = count_nodes(model, is_quantizable_op);
-    report.quantized_ops = count_nodes(lowered.module, is_quantized_op);
+    report.adjustments = input_notes;
+    report.adjustments.insert(report.adjustments.end(), lowered.adjustments.begin(), lowered.adjustments.end());
+    report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";
     report.float_bytes = serialized_bytes(model);
     report.quantized_bytes = serialized_bytes(lowered.module);
     report.compression_ratio = static_cast<double>(report.float_bytes) / static_cast<double>(report.quantized_bytes);
 
-    report.held_out = !data.evaluation.empty();
-    const std::vector<at::Tensor>& evaluation = report.held_out ? data.evaluation : data.calibration;
+    report.held_out = !conformed.evaluation.empty();
+    const std::vector<batch>& evaluation = report.held_out ? conformed.evaluation : conformed.calibration;
     if (evaluation.empty())
         throw error(error_kind::no_calibration_data,
                     "nothing to measure the quantized model on: give evaluation batches (the data file's 'test') or "
@@ -141,15 +175,24 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     ::torch::jit::Module float_model = model.clone();
     float_model.eval();
     const engine_scope engine(engine_settings{lowered.engine, options.threads, std::nullopt});
-    const at::Tensor reference = run_batches(float_model, evaluation);
+    const model_outputs reference = run_batches(float_model, evaluation);
     // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the
     // primitive of its first input shape, and the returned model should keep none.
-    const at::Tensor quantized = run_batches(lowered.module.deepcopy(), evaluation);
-    report.evaluation_samples = reference.size(0);
-    const output_comparison comparison = compare_outputs(reference, quantized);
-    report.max_abs_diff = comparison.max_abs_diff;
-    report.mean_abs_diff = comparison.mean_abs_diff;
-    report.sqnr_db = comparison.sqnr_db;
+    const model_outputs quantized = run_batches(lowered.module.deepcopy(), evaluation);
+    // Op counts: what one evaluation batch runs, on the float model as quantization sees it
+    // (eval mode, inference branches) and on the lowered model.
+    ::torch::jit::Module specialized = float_model.clone();
+    if (!quantizer.is_qat()) specialize_for_inference(specialized);
+    report.quantizable_ops =
+        count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
+    report.quantized_ops = count_ops(executed_ops(lowered.module.deepcopy(), evaluation.front()), is_quantized_op);
+    report.evaluation_samples = 0;
+    for (const batch& inputs : evaluation) report.evaluation_samples += inputs.samples();
+    const outputs_comparison comparison = compare_outputs(reference, quantized);
+    report.max_abs_diff = comparison.overall.max_abs_diff;
+    report.mean_abs_diff = comparison.overall.mean_abs_diff;
+    report.sqnr_db = comparison.overall.sqnr_db;
+    if (comparison.outputs.size() > 1) report.outputs = comparison.outputs;
     if (data.evaluation_labels && report.held_out) {
         report.float_accuracy = top1_accuracy(reference, *data.evaluation_labels);
         report.quantized_accuracy = top1_accuracy(quantized, *data.evaluation_labels);
@@ -157,7 +200,7 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
 
     report.batch_size = options.batch_size;
     report.threads = options.threads;
-    const at::Tensor timing = detail::timing_batch(evaluation, options.batch_size);
+    const batch timing = detail::timing_batch(evaluation, options.batch_size);
     report.float_ms = median_latency_ms(float_model, timing);
     report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
     report.speedup = report.float_ms / report.quantized_ms;
@@ -165,7 +208,8 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
     // per layer, so it is left to post-training runs.
     if (options.per_layer && !quantizer.is_qat())
-        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
+        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, conformed, reference, evaluation,
+                                                  options.threads);
     return {std::move(lowered), std::move(report), std::move(training)};
 }
 

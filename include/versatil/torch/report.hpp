@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "versatil/torch/config_json.hpp"
+#include "versatil/torch/measure.hpp"
 #include "versatil/torch/prepare.hpp"
 
 namespace versatil::libtorch {
@@ -36,13 +37,15 @@ struct quantization_report {
     std::vector<adjustment> adjustments;
 
     std::int64_t quantized_ops = 0;
-    std::int64_t quantizable_ops = 0;
+    std::int64_t quantizable_ops = 0;          // of quantizable_kind, at every call site
+    std::string quantizable_kind = "conv/linear";  // "linear" for dynamic quantization
 
     std::int64_t evaluation_samples = 0;
     bool held_out = false;  // evaluated on data that calibration did not see
     double max_abs_diff = 0.0;
     double mean_abs_diff = 0.0;
-    double sqnr_db = 0.0;
+    double sqnr_db = 0.0;                 // over all outputs together
+    std::vector<output_comparison> outputs;  // each output's own, for models returning several
     std::vector<layer_sqnr> per_layer;
 
     std::int64_t float_bytes = 0;
@@ -77,6 +80,12 @@ inline nlohmann::json to_json(const quantization_report& report) {
     nlohmann::json adjustments = nlohmann::json::array();
     for (const adjustment& a : report.adjustments)
         adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
+    nlohmann::json outputs = nlohmann::json::array();
+    for (const output_comparison& output : report.outputs)
+        outputs.push_back({{"name", output.name},
+                           {"sqnr_db", detail::finite_or_null(output.sqnr_db)},
+                           {"max_abs_diff", output.max_abs_diff},
+                           {"mean_abs_diff", output.mean_abs_diff}});
     nlohmann::json per_layer = nlohmann::json::array();
     for (const layer_sqnr& layer : report.per_layer)
         per_layer.push_back({{"name", layer.name}, {"sqnr_db", detail::finite_or_null(layer.sqnr_db)}});
@@ -86,11 +95,13 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"adjustments", adjustments},
         {"quantized_ops", report.quantized_ops},
         {"quantizable_ops", report.quantizable_ops},
+        {"quantizable_kind", report.quantizable_kind},
         {"evaluation_samples", report.evaluation_samples},
         {"held_out", report.held_out},
         {"max_abs_diff", report.max_abs_diff},
         {"mean_abs_diff", report.mean_abs_diff},
         {"sqnr_db", detail::finite_or_null(report.sqnr_db)},
+        {"outputs", outputs},
         {"per_layer", per_layer},
         {"float_bytes", report.float_bytes},
         {"quantized_bytes", report.quantized_bytes},
@@ -113,7 +124,7 @@ inline nlohmann::json to_json(const quantization_report& report) {
 
 inline std::string format_table(const quantization_report& report) {
     std::string text;
-    char line[256];
+    char line[512];
     const auto row = [&](const char* name, const std::string& value) {
         std::snprintf(line, sizeof line, "  %-22s %s\n", name, value.c_str());
         text += line;
@@ -128,14 +139,19 @@ inline std::string format_table(const quantization_report& report) {
         const std::string spec = t.options.empty() ? t.backend : t.backend + ":" + t.options;
         row(t.path.empty() ? "(whole model)" : t.path.c_str(), spec);
     }
-    for (const adjustment& a : report.adjustments) row(("  " + a.module_path).c_str(), a.change);
+    for (const adjustment& a : report.adjustments)
+        row(("  " + (a.module_path.empty() ? std::string("(model)") : a.module_path)).c_str(), a.change);
     text += "result (" + report.engine + " engine)\n";
-    row("quantized ops", std::to_string(report.quantized_ops) + " of " + std::to_string(report.quantizable_ops) +
-                             " conv/linear");
+    row("quantized ops", std::to_string(report.quantized_ops) + " of " + std::to_string(report.quantizable_ops) + " " +
+                             report.quantizable_kind);
     const std::string data = std::to_string(report.evaluation_samples) + " samples" +
                              (report.held_out ? ", held out" : ", calibration data (no held-out set given)");
     row("output SQNR", (std::isfinite(report.sqnr_db) ? number("%.2f dB", report.sqnr_db) : "identical") + " (" + data + ")");
     row("max / mean |diff|", number("%.5f", report.max_abs_diff) + " / " + number("%.5f", report.mean_abs_diff));
+    for (const output_comparison& output : report.outputs)
+        row(("  output " + output.name).c_str(),
+            (std::isfinite(output.sqnr_db) ? number("%.2f dB", output.sqnr_db) : "identical") + ", max |diff| " +
+                number("%.5f", output.max_abs_diff));
     if (report.float_accuracy && report.quantized_accuracy)
         row("top-1 float -> int8",
             number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " + number("%.2f %%", 100.0 * *report.quantized_accuracy));

@@ -1,0 +1,54 @@
+// Walking TorchScript graphs: every node at any depth (inside `if` and loop blocks too, where
+// a top-level walk misses them), and every method graph of every distinct module type.
+#pragma once
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/script.h>
+
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+namespace versatil::libtorch {
+
+// Calls visit(node) for every node of `block` and of the blocks nested in its nodes.
+template <class Visit>
+void for_each_node(::torch::jit::Block* block, Visit&& visit) {
+    for (::torch::jit::Node* node : block->nodes()) {
+        visit(node);
+        for (::torch::jit::Block* inner : node->blocks()) for_each_node(inner, visit);
+    }
+}
+
+// The nodes of `graph`, at any depth, for which matches(node) holds; collected first, so the
+// caller may edit or destroy them.
+template <class Predicate>
+std::vector<::torch::jit::Node*> nodes_where(const std::shared_ptr<::torch::jit::Graph>& graph, Predicate&& matches) {
+    std::vector<::torch::jit::Node*> found;
+    for_each_node(graph->block(), [&](::torch::jit::Node* node) {
+        if (matches(node)) found.push_back(node);
+    });
+    return found;
+}
+
+// The graphs of a module type's methods (forward and every helper such as _conv_forward).
+inline std::vector<std::shared_ptr<::torch::jit::Graph>> method_graphs(const c10::ClassTypePtr& type) {
+    std::vector<std::shared_ptr<::torch::jit::Graph>> graphs;
+    for (::torch::jit::Function* method : type->methods())
+        if (method->isGraphFunction()) graphs.push_back(::torch::jit::toGraphFunction(*method).graph());
+    return graphs;
+}
+
+// Every method graph of the model and its submodules, each distinct type once: submodules
+// that share a class type share its graphs.
+inline std::vector<std::shared_ptr<::torch::jit::Graph>> all_method_graphs(const ::torch::jit::Module& model) {
+    std::vector<std::shared_ptr<::torch::jit::Graph>> graphs;
+    std::unordered_set<const c10::ClassType*> seen;
+    for (const auto& item : model.named_modules()) {
+        if (!seen.insert(item.value.type().get()).second) continue;
+        for (auto& graph : method_graphs(item.value.type())) graphs.push_back(std::move(graph));
+    }
+    return graphs;
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""The architecture zoo through versatil-quantize, as a user runs it: every model of
+make_zoo.py x {x86_inductor, xnnpack} x {static, dynamic}. Each run must end in a report
+(exit 0) whose op counts are the truth, or in a typed error (exit 2) naming what this LibTorch
+cannot quantize; never a crash, never a backtrace.
+
+The truth is measured in Python, independently of versatil: the float model's conv/linear ops
+are counted by PyTorch's profiler on one forward (make_zoo.py), and the quantized ops by
+loading the saved quantized model with torch.jit.load and profiling one forward of it.
+
+  check_zoo.py VERSATIL_QUANTIZE [--zoo DIR] [--only NAMES] [--jobs N] [--keep DIR]
+
+Without --zoo it writes the zoo first (make_zoo.py, about 20 s). --keep keeps every report
+(REPORT_DIR/<model>.<backend>.<mode>.json) for benchmarks/zoo_peer.py. Needs Debian's
+python3-torch and python3-torchvision (/usr/bin/python3)."""
+import argparse
+import concurrent.futures
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+BACKENDS = ["x86_inductor", "xnnpack"]
+MODES = ["static", "dynamic"]
+ENGINES = {"onednn": "onednn", "qnnpack": "qnnpack", "fbgemm": "fbgemm", "x86": "x86"}
+# Per-layer analysis on these (one quantization per layer): every conv/linear module gets a row.
+PER_LAYER = {"encoder", "squeezenet", "multitask"}
+TORCH_STATE = threading.Lock()  # the quantized engine and the profiler are process-wide
+
+
+def quantized_ops_in(saved, data_file, engine):
+    """Quantized conv/linear ops one forward of the saved model runs, by PyTorch's profiler."""
+    torch.backends.quantized.engine = engine
+    model = torch.jit.load(str(saved))
+    data = torch.jit.load(str(data_file))
+    if hasattr(data, "test"):
+        inputs = (data.test[:2],)
+    else:
+        inputs, i = [], 0
+        while hasattr(data, f"test_{i}"):
+            inputs.append(getattr(data, f"test_{i}")[:2])
+            i += 1
+    with torch.no_grad(), torch.autograd.profiler.profile() as profile:
+        model(*inputs)
+    return sum(1 for e in profile.function_events
+               if e.name.startswith("quantized::") and ("conv" in e.name or "linear" in e.name)
+               and "prepack" not in e.name and "unpack" not in e.name)
+
+
+def run_case(cli, zoo, entry, backend, mode, scratch, keep):
+    name = entry["name"]
+    label = f"{name} {backend} {mode}"
+    target = f"={backend}" + (":dynamic" if mode == "dynamic" else "")
+    stem = f"{name}.{backend}.{mode}"
+    report_path = (keep or scratch) / f"{stem}.json"
+    out_path = scratch / f"{stem}.q.pt"
+    args = [cli, "--model", zoo / entry["model"], "--data", zoo / entry["data"], "--target", target,
+            "--report", report_path, "--out", out_path]
+    per_layer = name in PER_LAYER and mode == "static"
+    if not per_layer:
+        args.append("--no-per-layer")
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=900)
+    output = result.stdout + result.stderr
+    problems = []
+    if "frame #" in output or "Exception raised from" in output:
+        problems.append("printed a LibTorch backtrace")
+    if result.returncode == 2 and "error (unsupported_model)" in output:
+        return label, problems, "typed error: " + output.strip().splitlines()[-1]
+    if result.returncode != 0:
+        return label, problems + [f"exit {result.returncode}:\n{output[-3000:]}"], None
+    report = json.loads(report_path.read_text())
+    expected = entry["executed_ops"]["linear" if mode == "dynamic" else "conv_linear"]
+    if report["quantizable_ops"] != expected:
+        problems.append(f"quantizable_ops {report['quantizable_ops']}, the float model runs {expected}")
+    metadata_engine = report["engine"]
+    with TORCH_STATE:
+        measured = quantized_ops_in(out_path, zoo / entry["data"], ENGINES.get(metadata_engine, metadata_engine))
+    if report["quantized_ops"] != measured:
+        problems.append(f"quantized_ops {report['quantized_ops']}, the saved model runs {measured}")
+    if report["sqnr_db"] is not None and not report["sqnr_db"] > 0:
+        problems.append(f"SQNR {report['sqnr_db']} dB: the quantized model does not track the float one")
+    if per_layer:
+        rows = {layer["name"] for layer in report["per_layer"]}
+        missing = [m for m in entry["weighted_modules"] if m not in rows]
+        if missing:
+            problems.append(f"per-layer SQNR lacks {missing}")
+    summary = (f"{report['quantized_ops']}/{report['quantizable_ops']} ops, SQNR "
+               f"{report['sqnr_db'] if report['sqnr_db'] is None else round(report['sqnr_db'], 2)} dB"
+               + (f", {len(report['outputs'])} outputs" if report["outputs"] else "")
+               + (f", {len(report['per_layer'])} per-layer rows" if per_layer else ""))
+    return label, problems, summary
+
+
+def check_float64_data(cli, zoo, scratch):
+    """A float64 data file for a float32 model is converted, and the report says so."""
+    data = torch.jit.load(str(zoo / "encoder.data.pt"))
+    tensors = {name: getattr(data, name).double() for name in ("calib", "test")}
+
+    class DataFile(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            for name, tensor in tensors.items():
+                self.register_buffer(name, tensor)
+
+        def forward(self):
+            return None
+
+    path = scratch / "encoder.float64.data.pt"
+    torch.jit.save(torch.jit.script(DataFile()), str(path))
+    report_path = scratch / "float64.json"
+    result = subprocess.run([str(cli), "--model", str(zoo / "encoder.pt"), "--data", str(path), "--no-per-layer",
+                             "--report", str(report_path)], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        return [f"float64 data: exit {result.returncode}\n{result.stdout + result.stderr}"]
+    notes = [a["change"] for a in json.loads(report_path.read_text())["adjustments"]]
+    if not any("converted from Double to the model's Float" in n for n in notes):
+        return [f"float64 data: no conversion note in {notes}"]
+    return []
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cli")
+    parser.add_argument("--zoo")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--keep")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        zoo = Path(args.zoo) if args.zoo else scratch / "zoo"
+        if not args.zoo:
+            command = [sys.executable, str(HERE / "make_zoo.py"), str(zoo)] + (["--only", args.only] if args.only else [])
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        keep = Path(args.keep) if args.keep else None
+        if keep:
+            keep.mkdir(parents=True, exist_ok=True)
+        entries = json.loads((zoo / "zoo.json").read_text())
+        wanted = [n for n in args.only.split(",") if n]
+        entries = [e for e in entries if not wanted or e["name"] in wanted]
+        cases = [(e, b, m) for e in entries for b in BACKENDS for m in MODES]
+        failures = passed = 0
+        if "encoder" in [e["name"] for e in entries]:
+            problems = check_float64_data(args.cli, zoo, scratch)
+            print(("FAIL " if problems else "ok   ") + "encoder with float64 data" + (": " + "; ".join(problems) if problems else ""))
+            failures, passed = (1, 0) if problems else (0, 1)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(run_case, args.cli, zoo, e, b, m, scratch, keep) for e, b, m in cases]
+            for future in futures:
+                label, problems, summary = future.result()
+                if problems:
+                    failures += 1
+                    print(f"FAIL {label}: " + "; ".join(problems), flush=True)
+                else:
+                    passed += 1
+                    print(f"ok   {label}: {summary}", flush=True)
+        print(f"zoo: {passed} passed, {failures} failed")
+        sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
