@@ -28,9 +28,9 @@
 #include <nlohmann/json.hpp>
 
 #include "versatil/torch.hpp"
-#include "versatil/torch/fashion_mnist.hpp"
-#include "versatil/torch/models.hpp"
-#include "versatil/torch/training.hpp"
+#include "versatil/torch/demo/fashion_mnist.hpp"
+#include "versatil/torch/demo/models.hpp"
+#include "versatil/torch/pipeline/training.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <string>
 
-#include "versatil/torch/data_file.hpp"
-#include "versatil/torch/fashion_mnist.hpp"
-#include "versatil/torch/models.hpp"
-#include "versatil/torch/save.hpp"
-#include "versatil/torch/training.hpp"
+#include "versatil/torch/files/data_file.hpp"
+#include "versatil/torch/demo/fashion_mnist.hpp"
+#include "versatil/torch/demo/models.hpp"
+#include "versatil/torch/files/save.hpp"
+#include "versatil/torch/pipeline/training.hpp"
 
 using namespace versatil::libtorch;
 

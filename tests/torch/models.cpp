@@ -18,8 +18,8 @@
 #include <unistd.h>
 #include <vector>
 
-#include "versatil/torch/models.hpp"
-#include "versatil/torch/modules.hpp"
+#include "versatil/torch/demo/models.hpp"
+#include "versatil/torch/demo/modules.hpp"
 
 
 namespace vt = versatil::libtorch;

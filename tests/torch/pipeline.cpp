@@ -9,10 +9,10 @@
 
 #include "torch_test_helpers.hpp"
 #include "versatil/torch.hpp"
-#include "versatil/torch/batch.hpp"
-#include "versatil/torch/graph_walk.hpp"
-#include "versatil/torch/inference_graph.hpp"
-#include "versatil/torch/models.hpp"
+#include "versatil/torch/pipeline/batch.hpp"
+#include "versatil/torch/pipeline/graph_walk.hpp"
+#include "versatil/torch/pipeline/inference_graph.hpp"
+#include "versatil/torch/demo/models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;
@@ -273,6 +273,7 @@ namespace {
 ::torch::jit::Module training_branch_model() {
     ::torch::jit::Module model("__torch__.versatil.tests.TrainingBranch");
     model.register_parameter("weight", at::ones({1}), false);
+    model.register_attribute("training", c10::BoolType::get(), true);  // what torch.nn.Module has
     model.define(R"(
 def forward(self, x):
     if self.training:
@@ -324,7 +325,7 @@ TEST_CASE("batches of several inputs split together; inputs with different sampl
     REQUIRE(batches.size() == 3);
     CHECK(batches[2].samples() == 1);
     CHECK(batches[0].arity() == 2);
-    CHECK(batches[0].input(1).scalar_type() == at::kLong);
+    CHECK((batches[0].input(1).scalar_type() == at::kLong));
     CHECK_THROWS_WITH_AS(split_batches({at::zeros({5, 3}), at::zeros({4, 3})}, 2),
                          doctest::Contains("input 1 has 4 samples, input 0 has 5"), error);
 }

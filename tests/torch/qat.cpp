@@ -8,9 +8,9 @@
 #include <numeric>
 
 #include "versatil/torch.hpp"
-#include "versatil/torch/fashion_mnist.hpp"
-#include "versatil/torch/models.hpp"
-#include "versatil/torch/qat.hpp"
+#include "versatil/torch/demo/fashion_mnist.hpp"
+#include "versatil/torch/demo/models.hpp"
+#include "versatil/torch/pipeline/qat.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -13,8 +13,8 @@
 
 #include "torch_test_helpers.hpp"
 #include "versatil/torch.hpp"
-#include "versatil/torch/data_file.hpp"
-#include "versatil/torch/models.hpp"
+#include "versatil/torch/files/data_file.hpp"
+#include "versatil/torch/demo/models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../runtime/environment_helpers.hpp"
-#include "versatil/torch/calibrate.hpp"
-#include "versatil/torch/fashion_mnist.hpp"
-#include "versatil/torch/quantize.hpp"
+#include "versatil/torch/pipeline/calibrate.hpp"
+#include "versatil/torch/demo/fashion_mnist.hpp"
+#include "versatil/torch/pipeline/quantize.hpp"
 
 namespace versatil::testing {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "versatil/torch/fashion_mnist.hpp"
-#include "versatil/torch/models.hpp"
-#include "versatil/torch/training.hpp"
+#include "versatil/torch/demo/fashion_mnist.hpp"
+#include "versatil/torch/demo/models.hpp"
+#include "versatil/torch/pipeline/training.hpp"
 
 
 namespace vt = versatil::libtorch;

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from make_zoo import save_data
+
 HERE = Path(__file__).resolve().parent
 BACKENDS = ["x86_inductor", "xnnpack"]
 MODES = ["static", "dynamic"]
@@ -99,19 +101,8 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep):
 def check_float64_data(cli, zoo, scratch):
     """A float64 data file for a float32 model is converted, and the report says so."""
     data = torch.jit.load(str(zoo / "encoder.data.pt"))
-    tensors = {name: getattr(data, name).double() for name in ("calib", "test")}
-
-    class DataFile(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            for name, tensor in tensors.items():
-                self.register_buffer(name, tensor)
-
-        def forward(self):
-            return None
-
     path = scratch / "encoder.float64.data.pt"
-    torch.jit.save(torch.jit.script(DataFile()), str(path))
+    save_data(path, {name: getattr(data, name).double() for name in ("calib", "test")})
     report_path = scratch / "float64.json"
     result = subprocess.run([str(cli), "--model", str(zoo / "encoder.pt"), "--data", str(path), "--no-per-layer",
                              "--report", str(report_path)], capture_output=True, text=True, timeout=600)

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "versatil/torch.hpp"
-#include "versatil/torch/data_file.hpp"
-#include "versatil/torch/models.hpp"
-#include "versatil/torch/target_spec.hpp"
+#include "versatil/torch/files/data_file.hpp"
+#include "versatil/torch/demo/models.hpp"
+#include "versatil/torch/pipeline/target_spec.hpp"
 
 namespace {
 

@@ -30,8 +30,8 @@
 #include <tuple>
 
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/pickle_scan.hpp"
-#include "versatil/torch/zip_layout.hpp"
+#include "versatil/torch/files/pickle_scan.hpp"
+#include "versatil/torch/files/zip_layout.hpp"
 
 namespace versatil::libtorch {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "versatil/torch/config_json.hpp"
-#include "versatil/torch/measure.hpp"
-#include "versatil/torch/prepare.hpp"
+#include "versatil/torch/pipeline/config_json.hpp"
+#include "versatil/torch/pipeline/measure.hpp"
+#include "versatil/torch/pipeline/prepare.hpp"
 
 namespace versatil::libtorch {
 

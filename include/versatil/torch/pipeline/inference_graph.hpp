@@ -27,7 +27,7 @@
 #include <unordered_set>
 #include <string_view>
 
-#include "versatil/torch/graph_walk.hpp"
+#include "versatil/torch/pipeline/graph_walk.hpp"
 
 namespace versatil::libtorch {
 

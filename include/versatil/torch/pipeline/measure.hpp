@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "versatil/torch/batch.hpp"
+#include "versatil/torch/pipeline/batch.hpp"
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/graph_walk.hpp"
+#include "versatil/torch/pipeline/graph_walk.hpp"
 
 namespace versatil::libtorch {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/modules.hpp"
+#include "versatil/torch/demo/modules.hpp"
 
 namespace versatil::libtorch {
 

@@ -9,13 +9,13 @@
 #include <optional>
 #include <vector>
 
-#include "versatil/torch/calibrate.hpp"
-#include "versatil/torch/convert.hpp"
-#include "versatil/torch/lower.hpp"
-#include "versatil/torch/measure.hpp"
-#include "versatil/torch/prepare.hpp"
-#include "versatil/torch/qat.hpp"
-#include "versatil/torch/report.hpp"
+#include "versatil/torch/pipeline/calibrate.hpp"
+#include "versatil/torch/pipeline/convert.hpp"
+#include "versatil/torch/pipeline/lower.hpp"
+#include "versatil/torch/pipeline/measure.hpp"
+#include "versatil/torch/pipeline/prepare.hpp"
+#include "versatil/torch/pipeline/qat.hpp"
+#include "versatil/torch/pipeline/report.hpp"
 
 namespace versatil::libtorch {
 

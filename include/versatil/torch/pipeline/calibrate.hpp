@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "versatil/torch/batch.hpp"
+#include "versatil/torch/pipeline/batch.hpp"
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/prepare.hpp"
-#include "versatil/torch/progress.hpp"
+#include "versatil/torch/pipeline/prepare.hpp"
+#include "versatil/torch/pipeline/progress.hpp"
 
 namespace versatil::libtorch {
 

@@ -16,9 +16,9 @@
 #include <chrono>
 #include <string>
 
-#include "versatil/torch/prepare.hpp"
-#include "versatil/torch/progress.hpp"
-#include "versatil/torch/training.hpp"
+#include "versatil/torch/pipeline/prepare.hpp"
+#include "versatil/torch/pipeline/progress.hpp"
+#include "versatil/torch/pipeline/training.hpp"
 
 namespace versatil::libtorch {
 

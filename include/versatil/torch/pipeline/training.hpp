@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/module_tree.hpp"
+#include "versatil/torch/pipeline/module_tree.hpp"
 
 namespace versatil::libtorch {
 

@@ -17,11 +17,11 @@
 #include <string>
 #include <system_error>
 
-#include "versatil/torch/config_json.hpp"
-#include "versatil/torch/engine.hpp"
+#include "versatil/torch/pipeline/config_json.hpp"
+#include "versatil/torch/pipeline/engine.hpp"
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/file_check.hpp"
-#include "versatil/torch/lower.hpp"
+#include "versatil/torch/files/file_check.hpp"
+#include "versatil/torch/pipeline/lower.hpp"
 #include "versatil/version.hpp"
 
 namespace versatil::libtorch {

@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "versatil/torch/observers.hpp"
+#include "versatil/torch/pipeline/observers.hpp"
 
 namespace versatil::libtorch {
 

@@ -13,10 +13,10 @@
 #include <chrono>
 #include <optional>
 
-#include "versatil/torch/calibrate.hpp"
-#include "versatil/torch/convert.hpp"
-#include "versatil/torch/engine.hpp"
-#include "versatil/torch/graph_walk.hpp"
+#include "versatil/torch/pipeline/calibrate.hpp"
+#include "versatil/torch/pipeline/convert.hpp"
+#include "versatil/torch/pipeline/engine.hpp"
+#include "versatil/torch/pipeline/graph_walk.hpp"
 
 namespace versatil::libtorch {
 

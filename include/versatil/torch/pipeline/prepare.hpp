@@ -17,13 +17,13 @@
 
 #include "versatil/core/runtime_quantizer.hpp"
 #include "versatil/core/quantizer.hpp"
-#include "versatil/torch/engine.hpp"
+#include "versatil/torch/pipeline/engine.hpp"
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/fake_quantize.hpp"
-#include "versatil/torch/inference_graph.hpp"
-#include "versatil/torch/measure.hpp"
-#include "versatil/torch/module_tree.hpp"
-#include "versatil/torch/shared_types.hpp"
+#include "versatil/torch/pipeline/fake_quantize.hpp"
+#include "versatil/torch/pipeline/inference_graph.hpp"
+#include "versatil/torch/pipeline/measure.hpp"
+#include "versatil/torch/pipeline/module_tree.hpp"
+#include "versatil/torch/pipeline/shared_types.hpp"
 
 namespace versatil::libtorch {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/file_check.hpp"
-#include "versatil/torch/save.hpp"
+#include "versatil/torch/files/file_check.hpp"
+#include "versatil/torch/files/save.hpp"
 
 namespace versatil::libtorch {
 

@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "versatil/torch/graph_walk.hpp"
+#include "versatil/torch/pipeline/graph_walk.hpp"
 
 namespace versatil::libtorch {
 

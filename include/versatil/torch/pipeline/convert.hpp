@@ -9,7 +9,7 @@
 
 #include <chrono>
 
-#include "versatil/torch/prepare.hpp"
+#include "versatil/torch/pipeline/prepare.hpp"
 
 namespace versatil::libtorch {
 
