@@ -23,9 +23,9 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
-#include <string_view>
 
 #include "versatil/torch/pipeline/graph_walk.hpp"
 
@@ -34,7 +34,7 @@ namespace versatil::libtorch {
 // What specialize_for_inference changed, for the report.
 struct inference_specialization {
     int constants = 0;   // attribute reads and call arguments that became constants
-    int fast_paths = 0;      // fused fast-path branches replaced by their reference branch
+    int fast_paths = 0;  // fused fast-path branches replaced by their reference branch
 };
 
 namespace detail {

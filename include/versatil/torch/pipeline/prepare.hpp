@@ -135,9 +135,8 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_q
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
     check_model_fits(model, quantizer);
     const at::QEngine engine = engine_of(quantizer);
-    prepared_model prepared{model, quantizer, ::torch::jit::QuantType::STATIC, engine, {}, 0.0};
-
-    prepared.quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
+    const auto quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
+    prepared_model prepared{model, quantizer, quant_type, engine, {}, 0.0};
 
     // Post-training quantization runs the model as it will be deployed, in eval mode: where
     // LibTorch cannot place observers in the graphs as scripted, they are specialized for
