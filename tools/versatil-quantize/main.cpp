@@ -3,12 +3,13 @@
 //
 //   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
 //                     [--out Q.pt] [--report R.json] [--batch N] [--threads N]
-//                     [--steps N] [--lr X] [--freeze-observers-after N]
+//                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer] [--verbose]
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
 // and prints the report. Targets with the qat option are trained first (on the data file's
-// train_inputs / train_labels). Exit status: 0 done, 2 bad arguments or input, 1 anything
-// else.
+// train_inputs / train_labels). Exit status: 0 done, 2 bad arguments or input (a model
+// LibTorch cannot quantize included), 1 anything else; every error is one line (--verbose
+// prints LibTorch's whole message for the unforeseen ones).
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
 
