@@ -63,17 +63,17 @@ inline void calibrate(prepared_model& prepared, const std::vector<batch>& batche
     const ::torch::NoGradGuard no_grad;
     progress_bar bar("calibrating", static_cast<std::int64_t>(batches.size()), options.progress);
     for (std::size_t i = 0; i < batches.size(); ++i) {
+        const auto does_not_fit = [&](const std::exception& failure) {
+            return error(error_kind::invalid_calibration_data,
+                         "calibration batch " + std::to_string(i) + " (" + describe_shape(batches[i]) +
+                             ") does not fit the model: " + first_line(without_backtrace(failure)));
+        };
         try {
             prepared.module.forward(batches[i].arguments());
         } catch (const c10::Error& failure) {
-            throw error(error_kind::invalid_calibration_data,
-                        "calibration batch " + std::to_string(i) + " (" + describe_shape(batches[i]) +
-                            ") does not fit the model: " + first_line(failure.what_without_backtrace()));
+            throw does_not_fit(failure);
         } catch (const std::runtime_error& failure) {  // TorchScript's own exceptions
-            throw error(error_kind::invalid_calibration_data, "calibration batch " + std::to_string(i) + " (" +
-                                                                  describe_shape(batches[i]) +
-                                                                  ") does not fit the model: " +
-                                                                  first_line(failure.what()));
+            throw does_not_fit(failure);
         }
         bar.update(static_cast<std::int64_t>(i + 1));
     }

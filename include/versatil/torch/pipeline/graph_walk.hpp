@@ -31,6 +31,15 @@ std::vector<::torch::jit::Node*> nodes_where(const std::shared_ptr<::torch::jit:
     return found;
 }
 
+// The nodes of a method graph that read an attribute of its own module (`self.name`): the
+// graph's first input is `self`.
+inline std::vector<::torch::jit::Node*> self_attribute_reads(const std::shared_ptr<::torch::jit::Graph>& graph) {
+    const ::torch::jit::Value* self = graph->inputs().empty() ? nullptr : graph->inputs()[0];
+    return nodes_where(graph, [&](const ::torch::jit::Node* node) {
+        return node->kind() == c10::prim::GetAttr && node->input() == self;
+    });
+}
+
 // The graphs of a module type's methods (forward and every helper such as _conv_forward).
 inline std::vector<std::shared_ptr<::torch::jit::Graph>> method_graphs(const c10::ClassTypePtr& type) {
     std::vector<std::shared_ptr<::torch::jit::Graph>> graphs;

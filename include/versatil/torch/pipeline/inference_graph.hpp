@@ -104,14 +104,9 @@ inline int fold_constant_attributes(const ::torch::jit::Module& model, bool trai
                  nodes_where(graph, [](const ::torch::jit::Node* n) { return n->kind() == c10::prim::SetAttr; }))
                 assigned.insert(node->s(c10::attr::name));
         for (const auto& graph : graphs) {
-            const ::torch::jit::Value* self = graph->inputs()[0];
-            const auto reads = nodes_where(graph, [&](const ::torch::jit::Node* node) {
-                return node->kind() == c10::prim::GetAttr && node->input() == self &&
-                       assigned.count(node->s(c10::attr::name)) == 0 &&
-                       (!training_only || node->s(c10::attr::name) == "training");
-            });
-            for (::torch::jit::Node* read : reads) {
-                const std::string& name = read->s(c10::attr::name);
+            for (::torch::jit::Node* read : self_attribute_reads(graph)) {
+                const std::string name = read->s(c10::attr::name);
+                if (assigned.count(name) != 0 || (training_only && name != "training")) continue;
                 const c10::IValue value = modules.front().attr(name);
                 // None stays an attribute: passes after this one fill some in (FoldConvBatchNorm
                 // gives a bias-less convolution a bias).

@@ -77,13 +77,9 @@ inline void give_own_type(::torch::jit::Module& parent, const std::string& name,
     const ::torch::jit::Module fresh = child.clone();
     parent._ivalue()->setAttr(name, fresh._ivalue());
     parent.type()->unsafeChangeAttributeType(name, fresh.type());
-    for (const auto& graph : method_graphs(parent.type())) {
-        const ::torch::jit::Value* self = graph->inputs()[0];
-        for (::torch::jit::Node* read : nodes_where(graph, [&](const ::torch::jit::Node* node) {
-                 return node->kind() == c10::prim::GetAttr && node->input() == self && node->s(c10::attr::name) == name;
-             }))
-            read->output()->setType(fresh.type());
-    }
+    for (const auto& graph : method_graphs(parent.type()))
+        for (::torch::jit::Node* read : self_attribute_reads(graph))
+            if (read->s(c10::attr::name) == name) read->output()->setType(fresh.type());
 }
 
 // Splits the first child (parents first) whose type is ambiguous under a parent of a type of
