@@ -8,14 +8,15 @@
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
 // and prints the report. Targets with the qat option are trained first (on the data file's
 // train_inputs / train_labels). Exit status: 0 done, 2 bad arguments or input (a model
-// LibTorch cannot quantize included), 1 anything else; every error is one line (--verbose
+// LibTorch cannot quantize included) or a fault of the machine the message names (no space,
+// a file-size limit, a killed process), 1 anything else, 128 + N when signal N stopped the
+// run (temporary files removed, nothing half written); every error is one line (--verbose
 // prints LibTorch's whole message for the unforeseen ones).
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,24 +69,6 @@ inputs from_files(const std::string& model_path, const std::optional<std::string
     return loaded;
 }
 
-void write_text_file(const std::filesystem::path& path, const std::string& text) {
-    const std::filesystem::path temporary = path.string() + ".tmp-" + std::to_string(::getpid());
-    {
-        std::ofstream out(temporary);
-        out << text;
-        if (!out.flush()) {
-            std::filesystem::remove(temporary);
-            throw error(error_kind::io_error, "cannot write '" + path.string() + "'");
-        }
-    }
-    std::error_code status;
-    std::filesystem::rename(temporary, path, status);
-    if (status) {
-        std::filesystem::remove(temporary, status);
-        throw error(error_kind::io_error, "cannot write '" + path.string() + "': " + status.message());
-    }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +99,8 @@ int main(int argc, char** argv) {
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
     CLI11_PARSE(app, argc, argv);
 
+    // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, then end the run as usual.
+    const cleanup_on_signals cleanup;
     try {
         std::vector<runtime_target> targets;
         for (const std::string& text : target_texts) targets.push_back(parse_target(text));
@@ -145,11 +130,16 @@ int main(int argc, char** argv) {
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);
-        if (report_path) write_text_file(*report_path, to_json(result.report).dump(2) + "\n");
+        // Both outputs are staged and committed as a set: a report never describes a model
+        // that could not be saved, and a failure leaves neither behind.
+        std::optional<output_file> model_file, report_file;
         if (out_path) {
-            save(result.model, *out_path, model_path ? std::optional<std::filesystem::path>(*model_path) : std::nullopt);
-            std::printf("saved %s\n", out_path->c_str());
+            refuse_input_as_output(*out_path, model_path);
+            write_quantized(model_file.emplace(*out_path), result.model);
         }
+        if (report_path) report_file.emplace(*report_path).write(to_json(result.report).dump(2) + "\n");
+        commit_together({model_file ? &*model_file : nullptr, report_file ? &*report_file : nullptr});
+        if (out_path) std::printf("saved %s\n", out_path->c_str());
         return 0;
     } catch (const error& failure) {
         std::fprintf(stderr, "versatil-quantize: error (%s): %s\n", std::string(to_string(failure.kind())).c_str(),

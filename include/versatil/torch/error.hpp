@@ -22,9 +22,10 @@ enum class error_kind {
     invalid_calibration_data,  // an empty batch, NaN or Inf, a wrong shape or dtype
     invalid_model_file,        // missing, truncated or corrupt TorchScript file
     invalid_data_file,         // a data file without the expected tensors
-    io_error,                  // an output that cannot be written
+    io_error,                  // an output that cannot be written (no space, a size limit)
     lowering_failed,           // the engine rejected the converted model
     unsupported_model,         // the model uses something this LibTorch cannot quantize
+    machine_fault,             // the machine, not the input: out of memory, a process killed
 };
 
 constexpr std::string_view to_string(error_kind kind) noexcept {
@@ -40,6 +41,7 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
         case error_kind::io_error: return "io_error";
         case error_kind::lowering_failed: return "lowering_failed";
         case error_kind::unsupported_model: return "unsupported_model";
+        case error_kind::machine_fault: return "machine_fault";
     }
     return "unknown";
 }

@@ -26,8 +26,8 @@ struct data_file {
     std::optional<at::Tensor> test_labels;
     std::optional<at::Tensor> train_inputs;  // QAT: training samples
     std::optional<at::Tensor> train_labels;  // QAT: their int64 labels
-    std::vector<at::Tensor> calib_inputs;    // calib_0, calib_1, ...: a multi-input model's calibration samples
-    std::vector<at::Tensor> test_inputs;     // test_0, test_1, ...
+    std::vector<at::Tensor> calib_inputs{};  // calib_0, calib_1, ...: a multi-input model's calibration samples
+    std::vector<at::Tensor> test_inputs{};   // test_0, test_1, ...
 
     // One tensor per forward argument (empty when the file has none).
     std::vector<at::Tensor> calibration() const { return calib ? std::vector<at::Tensor>{*calib} : calib_inputs; }

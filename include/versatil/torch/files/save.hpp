@@ -1,17 +1,16 @@
 // Saving and loading quantized models. A saved model is plain TorchScript: torch::jit::load
 // and Python's torch.jit.load run it with no versatil code (under the engine its metadata
 // names). Metadata (versatil version, engine, targets with their configs, adjustments) rides
-// in the archive's extra files as `versatil.json`. Output is written to a temporary file
-// beside the destination and renamed over it: whole or not at all.
+// in the archive's extra files as `versatil.json`. Output goes through an output_file: whole
+// or not at all, each write checked (output_file.hpp).
 #pragma once
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/script.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
-#include <atomic>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -21,6 +20,7 @@
 #include "versatil/torch/pipeline/engine.hpp"
 #include "versatil/torch/error.hpp"
 #include "versatil/torch/files/file_check.hpp"
+#include "versatil/torch/files/output_file.hpp"
 #include "versatil/torch/pipeline/lower.hpp"
 #include "versatil/version.hpp"
 
@@ -47,48 +47,55 @@ inline bool same_file(const std::filesystem::path& a, const std::filesystem::pat
         return std::filesystem::equivalent(a, b, ignored);
     return std::filesystem::weakly_canonical(a, ignored) == std::filesystem::weakly_canonical(b, ignored);
 }
-
-inline std::filesystem::path temporary_beside(const std::filesystem::path& output) {
-    static std::atomic<unsigned> counter{0};
-    const std::string name = "." + output.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(counter++);
-    return output.parent_path() / name;
-}
 }  // namespace detail
+
+// An io_error when `output` is `input_model` (under any spelling of its path).
+inline void refuse_input_as_output(const std::filesystem::path& output,
+                                   const std::optional<std::filesystem::path>& input_model) {
+    if (input_model && detail::same_file(output, *input_model))
+        throw error(error_kind::io_error, "the output path '" + output.string() +
+                                              "' is the input model; write the quantized model to another file");
+}
+
+// Serializes `module` into a staged output; commit the output to publish it. LibTorch's
+// archive writer is driven through a function that always reports success (checked_writer.hpp
+// says why), so a full disk is reported by the output, never thrown from LibTorch's destructor.
+inline void write_module(output_file& output, const ::torch::jit::Module& module,
+                         const ::torch::jit::ExtraFilesMap& extra_files) {
+    try {
+        ::torch::jit::ExportModule(
+            module,
+            [&output](const void* data, std::size_t size) {
+                output.write(data, size);
+                return size;
+            },
+            extra_files);
+    } catch (const std::exception& failure) {
+        throw error(error_kind::io_error,
+                    "cannot write '" + output.destination().string() + "': " + first_line(failure.what()));
+    }
+}
+
+inline void write_quantized(output_file& output, const lowered_model& model) {
+    write_module(output, model.module, {{metadata_file, metadata_of(model).dump(2)}});
+}
 
 // Writes `module` to `output` whole or not at all; never over `input_model` when given.
 inline void save_module(const ::torch::jit::Module& module, const std::filesystem::path& output,
                         const ::torch::jit::ExtraFilesMap& extra_files,
                         const std::optional<std::filesystem::path>& input_model = std::nullopt) {
-    if (input_model && detail::same_file(output, *input_model))
-        throw error(error_kind::io_error, "the output path '" + output.string() +
-                                              "' is the input model; write the quantized model to another file");
-    const std::filesystem::path directory = output.parent_path().empty() ? "." : output.parent_path();
-    std::error_code status;
-    if (!std::filesystem::is_directory(directory, status))
-        throw error(error_kind::io_error, "cannot write '" + output.string() + "': directory '" + directory.string() +
-                                              "' does not exist");
-    if (std::filesystem::is_directory(output, status))
-        throw error(error_kind::io_error, "cannot write '" + output.string() + "': it is a directory");
-    const std::filesystem::path temporary = detail::temporary_beside(output);
-    try {
-        module.save(temporary.string(), extra_files);
-    } catch (const std::exception& failure) {
-        std::filesystem::remove(temporary, status);
-        throw error(error_kind::io_error, "cannot write '" + output.string() + "': " +
-                                              first_line(failure.what()));
-    }
-    std::filesystem::rename(temporary, output, status);
-    if (status) {
-        std::error_code ignored;
-        std::filesystem::remove(temporary, ignored);
-        throw error(error_kind::io_error, "cannot write '" + output.string() + "': " + status.message());
-    }
+    refuse_input_as_output(output, input_model);
+    output_file file(output);
+    write_module(file, module, extra_files);
+    file.commit();
 }
 
 inline void save(const lowered_model& model, const std::filesystem::path& output,
                  const std::optional<std::filesystem::path>& input_model = std::nullopt) {
-    save_module(model.module, output, {{metadata_file, metadata_of(model).dump(2)}}, input_model);
+    refuse_input_as_output(output, input_model);
+    output_file file(output);
+    write_quantized(file, model);
+    file.commit();
 }
 
 namespace detail {
