@@ -11,9 +11,11 @@
 #pragma once
 
 #include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
 #include <malloc.h>  // malloc_usable_size (glibc; jemalloc and tcmalloc provide it too)
 #include <string.h>  // strsignal (POSIX)
 #include <sys/wait.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/script.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -25,13 +27,19 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/files/checked_writer.hpp"
 #include "versatil/torch/files/pickle_scan.hpp"
+#include "versatil/torch/files/temporaries.hpp"
 #include "versatil/torch/files/zip_layout.hpp"
+#include "versatil/torch/pipeline/process_state_lock.hpp"
 
 namespace versatil::libtorch {
 
@@ -178,62 +186,130 @@ inline std::optional<std::string> find_tensor_past_storage(const ::torch::jit::M
 
 namespace detail {
 
-// A file in the temporary directory, removed when this goes out of scope.
+// A file in the temporary directory, removed when this goes out of scope (or by a signal,
+// under cleanup_on_signals).
 struct temporary_file {
-    std::filesystem::path path;
-    temporary_file() {
-        static std::atomic<unsigned> counter{0};
-        path = std::filesystem::temp_directory_path() /
-               ("versatil-load-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".pt");
-    }
+    std::filesystem::path path = next_path();
+    registered_temporary registered{path};
+    temporary_file() = default;
     temporary_file(const temporary_file&) = delete;
     temporary_file& operator=(const temporary_file&) = delete;
-    ~temporary_file() {
-        std::error_code ignored;
-        std::filesystem::remove(path, ignored);
+    ~temporary_file() { ::unlink(path.c_str()); }
+
+private:
+    static std::filesystem::path next_path() {
+        static std::atomic<unsigned> counter{0};
+        return std::filesystem::temp_directory_path() /
+               ("versatil-load-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".pt");
     }
 };
 
+// Why the child checking a file did not succeed, and whose fault it was: only a problem of the
+// file may blame the file. A full temporary directory, a file-size limit or the OOM killer is
+// the machine's.
+struct check_failure {
+    bool file_is_at_fault;
+    error_kind kind;  // invalid-file kind when the file is at fault; io_error or machine_fault else
+    std::string message;
+};
+
+// The signals a crash inside LibTorch raises; any other signal came from outside (SIGKILL from
+// the OOM killer, SIGXFSZ, SIGTERM).
+inline bool is_crash_signal(int number) {
+    for (const int crash : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGSYS})
+        if (number == crash) return true;
+    return false;
+}
+
+// The child's exit statuses: what it reports through the pipe is about the file, or about the
+// machine (its copy could not be written, memory ran out).
+inline constexpr int child_found_file_problem = 1, child_could_not_report = 2, child_hit_machine_fault = 3;
+
+// How a checking child ended (its wait status and what it reported), as a check_failure, or
+// nullopt when it succeeded.
+inline std::optional<check_failure> describe_child_end(int status, const std::string& message, error_kind file_kind) {
+    if (WIFSIGNALED(status)) {
+        const int number = WTERMSIG(status);
+        const std::string signal = "signal " + std::to_string(number) + ", " + ::strsignal(number);
+        if (is_crash_signal(number)) return check_failure{true, file_kind, "LibTorch crashed reading it (" + signal + ")"};
+        return check_failure{false, error_kind::machine_fault,
+                             "the process reading it was stopped from outside (" + signal +
+                                 "), which is no fault of the file" +
+                                 (number == SIGKILL ? ": out of memory (the OOM killer) or killed" : "")};
+    }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 0) return std::nullopt;
+    if (code == child_hit_machine_fault)
+        return check_failure{false, message.find("cannot write") == 0 ? error_kind::io_error : error_kind::machine_fault,
+                             message};
+    return check_failure{true, file_kind,
+                         message.empty() ? "LibTorch stopped reading it (exit status " + std::to_string(code) + ")"
+                                         : message};
+}
+
+// In the child: loads `path` and writes it to `copy` as torch::jit::save does, through a
+// checked writer. Returns the exit status and the message for the parent.
+inline std::pair<int, std::string> resave(const std::filesystem::path& path, const std::filesystem::path& copy) {
+    try {
+        const ::torch::jit::Module module = ::torch::jit::load(path.string());
+        // Before saving: a save copies each storage as far as its tensors reach, past its end.
+        if (const std::optional<std::string> problem = find_tensor_past_storage(module))
+            return {child_found_file_problem, *problem};
+        const int descriptor = ::open(copy.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        checked_writer writer(descriptor);
+        if (descriptor < 0) writer.fail_with(errno);
+        ::torch::jit::ExportModule(module, [&writer](const void* data, std::size_t size) {
+            writer.write(data, size);
+            return size;
+        });
+        if (descriptor >= 0 && ::close(descriptor) != 0) writer.fail_with(errno);
+        if (writer.failure())
+            return {child_hit_machine_fault,
+                    "cannot write its checked copy '" + copy.string() + "' in the temporary directory: " +
+                        *writer.failure() + (writer.out_of_space() ? " (set TMPDIR to a directory with space)" : "")};
+        return {0, {}};
+    } catch (const std::bad_alloc&) {
+        return {child_hit_machine_fault, "the process reading it ran out of memory"};
+    } catch (const std::exception& load_failure) {
+        return {child_found_file_problem, "LibTorch cannot read it: " + first_line(load_failure.what())};
+    } catch (...) {
+        return {child_found_file_problem, "LibTorch cannot read it"};
+    }
+}
+
 // Loads `path` in a child process and saves it to `copy` as torch::jit::save writes it;
 // returns why that failed, or nullopt. The child restores default signal dispositions, so a
-// crash ends it rather than running handlers it inherited, and reports exceptions through a
-// pipe. (Under a sanitizer, a report from instrumented code still runs in the child and ends
-// it: tests/fuzz/run_fuzzer.py lists those as contained.)
-inline std::optional<std::string> resave_in_child(const std::filesystem::path& path, const std::filesystem::path& copy) {
+// crash ends it rather than running handlers it inherited, and reports through a pipe. (Under
+// a sanitizer, a report from instrumented code still runs in the child and ends it:
+// tests/fuzz/run_fuzzer.py lists those as contained.) The fork holds the LibTorch state lock:
+// a child forked while another thread of this process is inside LibTorch could inherit one of
+// its mutexes locked, and wait on it forever.
+inline std::optional<check_failure> resave_in_child(const std::filesystem::path& path,
+                                                    const std::filesystem::path& copy, error_kind file_kind) {
+    const auto machine_fault = [](const char* what) {
+        const int cause = errno;
+        return check_failure{false, error_kind::machine_fault, std::string(what) + ": " + std::strerror(cause)};
+    };
+    const std::lock_guard serialized(libtorch_state_mutex());
     int ends[2];
-    if (::pipe(ends) != 0) return std::string("cannot create a pipe to read it safely: ") + std::strerror(errno);
+    if (::pipe(ends) != 0) return machine_fault("cannot create a pipe to read it safely");
     std::fflush(nullptr);
     const pid_t child = ::fork();
     if (child < 0) {
         ::close(ends[0]);
         ::close(ends[1]);
-        return std::string("cannot start a process to read it safely: ") + std::strerror(errno);
+        return machine_fault("cannot start a process to read it safely");
     }
     if (child == 0) {
         ::close(ends[0]);
-        for (const int number : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(number, SIG_DFL);
-        std::string failure;
-        try {
-            const ::torch::jit::Module module = ::torch::jit::load(path.string());
-            // Before saving: a save copies each storage as far as its tensors reach, past its end.
-            if (const std::optional<std::string> problem = find_tensor_past_storage(module)) {
-                failure = *problem;
-            } else {
-                try {
-                    module.save(copy.string());
-                } catch (const std::exception& save_failure) {
-                    failure = "cannot write a checked copy to '" + copy.string() + "': " + first_line(save_failure.what());
-                }
-            }
-        } catch (const std::exception& load_failure) {
-            failure = "LibTorch cannot read it: " + first_line(load_failure.what());
-        } catch (...) {
-            failure = "LibTorch cannot read it";
-        }
-        failure = failure.substr(0, 2000);  // below PIPE_BUF: one write, never blocking
-        const bool reported = ::write(ends[1], failure.data(), failure.size()) == static_cast<ssize_t>(failure.size());
-        ::_exit(failure.empty() ? 0 : reported ? 1 : 2);
+        for (const int number : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGINT, SIGTERM, SIGHUP})
+            std::signal(number, SIG_DFL);
+        auto [status, message] = resave(path, copy);
+        message = message.substr(0, 2000);  // below PIPE_BUF: one write, never blocking
+        const bool reported = ::write(ends[1], message.data(), message.size()) == static_cast<ssize_t>(message.size());
+        ::_exit(reported ? status : child_could_not_report);
     }
+    temporary_files.set_checking_child(child);
     ::close(ends[1]);
     std::string message;
     char buffer[512];
@@ -244,13 +320,9 @@ inline std::optional<std::string> resave_in_child(const std::filesystem::path& p
     ::close(ends[0]);
     int status = 0;
     while (::waitpid(child, &status, 0) < 0)
-        if (errno != EINTR) return std::string("lost the process reading it: ") + std::strerror(errno);
-    if (WIFSIGNALED(status))
-        return "LibTorch crashed reading it (signal " + std::to_string(WTERMSIG(status)) + ", " +
-               ::strsignal(WTERMSIG(status)) + ")";
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;
-    return message.empty() ? "LibTorch stopped reading it (exit status " + std::to_string(WEXITSTATUS(status)) + ")"
-                           : message;
+        if (errno != EINTR) return machine_fault("lost the process reading it");
+    temporary_files.set_checking_child(0);
+    return describe_child_end(status, message, file_kind);
 }
 
 }  // namespace detail
@@ -273,8 +345,12 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
     std::optional<detail::temporary_file> copy;
     if (where == compile_source::in_child_process) {
         copy.emplace();
-        if (const std::optional<std::string> problem = detail::resave_in_child(path, copy->path))
-            throw error(kind, std::string(what) + " '" + path.string() + "' is not a valid TorchScript file: " + *problem);
+        if (const std::optional<detail::check_failure> failure = detail::resave_in_child(path, copy->path, kind))
+            throw failure->file_is_at_fault
+                ? error(kind, std::string(what) + " '" + path.string() + "' is not a valid TorchScript file: " +
+                                  failure->message)
+                : error(failure->kind, "cannot check " + std::string(what) + " '" + path.string() + "': " +
+                                           failure->message);
     }
     try {
         ::torch::jit::Module module = ::torch::jit::load(copy ? copy->path.string() : path.string());

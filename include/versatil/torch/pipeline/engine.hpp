@@ -1,7 +1,9 @@
 // The process-wide LibTorch state that quantized lowering and inference depend on: the
 // quantized engine (weights are packed for it), denormal flushing and the intra-op thread
 // count. `engine_scope` sets them and restores the exact previous values when it ends, as
-// the core's scoped_environment does for environment variables.
+// the core's scoped_environment does for environment variables. It holds the LibTorch state
+// lock while it lives (process_state_lock.hpp): scopes on two threads take turns instead of
+// crossing engines.
 #pragma once
 
 #include <ATen/Context.h>
@@ -9,6 +11,7 @@
 #include <c10/core/QEngine.h>
 
 #include <algorithm>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +22,7 @@
 
 #include "versatil/core/backend_descriptor.hpp"
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/pipeline/process_state_lock.hpp"
 
 namespace versatil::libtorch {
 
@@ -68,7 +72,8 @@ struct engine_settings {
 class [[nodiscard("an unnamed scope restores the engine at once")]] engine_scope {
 public:
     explicit engine_scope(const engine_settings& settings)
-        : previous_engine_(at::globalContext().qEngine()),
+        : serialized_(detail::libtorch_state_mutex()),
+          previous_engine_(at::globalContext().qEngine()),
           previous_threads_(at::get_num_threads()),
           previous_flush_(flush_denormal_state()) {
         const auto& supported = at::globalContext().supportedQEngines();
@@ -93,6 +98,7 @@ public:
     }
 
 private:
+    std::unique_lock<std::recursive_mutex> serialized_;  // first: taken before, released after the state
     at::QEngine previous_engine_;
     int previous_threads_;
     std::optional<bool> previous_flush_;

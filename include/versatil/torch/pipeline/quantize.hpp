@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "versatil/torch/pipeline/lower.hpp"
 #include "versatil/torch/pipeline/measure.hpp"
 #include "versatil/torch/pipeline/prepare.hpp"
+#include "versatil/torch/pipeline/process_state_lock.hpp"
 #include "versatil/torch/pipeline/qat.hpp"
 #include "versatil/torch/pipeline/report.hpp"
 
@@ -42,9 +44,11 @@ struct quantization_result {
 };
 
 // prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
+// Calls from several threads take turns (process_state_lock.hpp).
 inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {},
                                     std::optional<qat_result>* training = nullptr) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
     prepared_model prepared = prepare(model, quantizer);
     if (quantizer.is_qat()) {
         if (!data.train_inputs || !data.train_labels)
@@ -134,8 +138,10 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
 
 }  // namespace detail
 
+// Quantizes and measures. Calls from several threads take turns (process_state_lock.hpp).
 inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
     const auto start = std::chrono::steady_clock::now();
     quantize_data conformed = data;
     std::vector<adjustment> input_notes;
