@@ -45,6 +45,15 @@ def staged_install(args, scratch):
     return stage / options["prefix"].lstrip("/"), options
 
 
+def require_in_readme(args, text, used=None):
+    """The README's "Use it in your project" shows what this test builds with (text, found in
+    used where given), so they cannot drift apart."""
+    if text not in (Path(args.source_root) / "README.md").read_text():
+        sys.exit(f"FAILED: README.md no longer shows what this test uses:\n{text}")
+    if used is not None and text not in used:
+        sys.exit(f"FAILED: the consumer project does not use the README's {text.strip()!r}")
+
+
 def copy_project(kind, scratch):
     """The consumer project and the shared sources, in a directory of their own."""
     project = scratch / "project"
@@ -72,6 +81,7 @@ def main():
         scratch = Path(scratch_name)
         if args.kind == "subproject":
             project = copy_project(args.kind, scratch)
+            require_in_readme(args, (project / "subprojects" / "versatil.wrap").read_text())
             (project / "subprojects" / "versatil").symlink_to(Path(args.source_root).resolve())
             # Forced, so an installed versatil elsewhere on the machine cannot stand in for it.
             step([args.meson, "setup", project / "build", project, "--force-fallback-for=versatil",
@@ -90,18 +100,19 @@ def main():
                 return
             project = copy_project(args.kind, scratch)
             if args.kind == "cmake":
-                step([args.cmake, "-S", project, "-B", project / "build", "-G", "Ninja", "-DCMAKE_PREFIX_PATH=" + str(prefix),
-                      "-DWITH_TORCH=" + ("ON" if args.torch else "OFF")])
+                for line in ("find_package(versatil CONFIG REQUIRED)\n", "PRIVATE versatil::core)"):
+                    require_in_readme(args, line, used=(project / "CMakeLists.txt").read_text())
+                step([args.cmake, "-S", project, "-B", project / "build", "-G", "Ninja",
+                      "-DCMAKE_PREFIX_PATH=" + str(prefix), "-DWITH_TORCH=" + ("ON" if args.torch else "OFF")])
                 step([args.cmake, "--build", project / "build"])
                 binaries = project / "build"
             else:
                 # The README's lines as they are; PKG_CONFIG_PATH finds the staged .pc files.
                 env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / options["libdir"] / "pkgconfig"))
-                step("c++ -std=c++20 core_check.cpp $(pkg-config --cflags versatil) -o core_check",
-                     cwd=project, env=env, shell=True)
-                if args.torch:
-                    step("c++ -std=c++20 quantize_model.cpp $(pkg-config --cflags --libs versatil-torch) -o quantize_model",
-                         cwd=project, env=env, shell=True)
+                for program, flags in zip(programs, ["--cflags versatil", "--cflags --libs versatil-torch"]):
+                    line = f"c++ -std=c++20 app.cpp $(pkg-config {flags}) -o app"
+                    require_in_readme(args, line)
+                    step(line.replace("app", program), cwd=project, env=env, shell=True)
                 binaries = project
         for program in programs:
             step([binaries / program])
