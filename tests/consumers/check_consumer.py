@@ -31,7 +31,6 @@ def step(command, cwd=None, env=None, shell=False):
     if run.returncode != 0:
         sys.exit(f"FAILED (exit {run.returncode}): {shown}")
     print(f"  ({time.monotonic() - start:.1f} s)", flush=True)
-    return run.stdout
 
 
 def staged_install(args, scratch):
@@ -57,7 +56,10 @@ def require_in_readme(args, text, used=None):
 def copy_project(kind, scratch):
     """The consumer project and the shared sources, in a directory of their own."""
     project = scratch / "project"
-    shutil.copytree(HERE / kind, project, symlinks=True) if (HERE / kind).is_dir() else project.mkdir()
+    if (HERE / kind).is_dir():
+        shutil.copytree(HERE / kind, project)
+    else:
+        project.mkdir()  # pkg-config: the README's command lines are the whole project
     for source in (HERE / "src").iterdir():
         shutil.copy(source, project)
     return project
