@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """versatil-quantize end to end: the embedded default, real files, and every bad input the
 CLI must refuse with exit status 2, a message naming the problem, no partial output and the
-input files unchanged. Usage: check_cli.py VERSATIL_QUANTIZE EXPORT_PROGRAM"""
+input files unchanged; --version. Usage: check_cli.py VERSATIL_QUANTIZE EXPORT_PROGRAM VERSION
+(VERSION: meson's project version, which --version must print)"""
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-cli, export = sys.argv[1], sys.argv[2]
+cli, export, project_version = sys.argv[1:4]
 failures = []
 
 
@@ -29,6 +31,13 @@ def run(*args, expect_status=0, expect_text=None):
 def digest(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
+
+# --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
+# backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
+version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
+engines = re.search(r"^LibTorch \d+\.\d+\.\d+\nquantized engines:(.*)$", version, re.M)
+if not engines or not {"onednn", "qnnpack"} <= set(engines.group(1).split()):
+    failures.append(f"--version lacks the LibTorch version or the onednn and qnnpack engines:\n{version}")
 
 with tempfile.TemporaryDirectory() as scratch:
     d = Path(scratch)

@@ -14,6 +14,7 @@
 // prints LibTorch's whole message for the unforeseen ones).
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +70,16 @@ inputs from_files(const std::string& model_path, const std::optional<std::string
     return loaded;
 }
 
+// --version: this versatil, the LibTorch it was built with, and the quantized engines that
+// LibTorch offers at run time (a backend whose engine is missing cannot lower; LibTorch also
+// lists NoQEngine, which is none).
+std::string version_text() {
+    std::string text = "versatil " + std::string(versatil::version) + "\nLibTorch " TORCH_VERSION "\nquantized engines:";
+    for (const at::QEngine engine : at::globalContext().supportedQEngines())
+        if (engine != at::QEngine::NoQEngine) text += " " + engine_name(engine);
+    return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
                    "QAT: stop moving quantization ranges after this many steps (default: never)");
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
+    app.set_version_flag("--version", version_text, "print versatil's version, LibTorch's and its quantized engines");
     CLI11_PARSE(app, argc, argv);
 
     // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, then end the run as usual.
