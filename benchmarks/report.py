@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Writes benchmarks/RESULTS.md and benchmarks/latency.png from the measurements benchmarks/run
-collected in OUT_DIR (policy.json, compile.json, versatil.json, peer.json). Every number in the
-report comes from those files; nothing is typed in by hand."""
+collected in OUT_DIR (run.json, policy.json, compile.json, versatil.json, peer.json). Every number
+and every statement about the run's results comes from those files; text that is fixed is a
+description of the method, and says so ("Method:"), or names what was checked by hand.
+
+  report.py --out OUT_DIR --root ROOT --command C --started D --seconds S --load-before L --load-after L
+      records the run (those arguments and this machine) in OUT_DIR/run.json, then renders
+  report.py --out benchmarks/results --root .
+      renders again from a run already recorded (run.json read, nothing measured)"""
 import argparse
-import datetime
 import json
 import sys
 import math
@@ -58,51 +63,94 @@ def label(backend, run):
 
 # ---- sections ------------------------------------------------------------------------------------
 
-def machine_section(args, peer):
-    cpu = shell("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
+def record_run(args):
+    """The run's own facts, kept in run.json beside its measurements: the command, when it
+    started, how long it took, how busy the machine was, and what the machine is."""
     flags = shell("grep -m1 '^flags' /proc/cpuinfo")
-    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if re.search(rf"\b{f}\b", flags)]
-    memory = shell("free -g | awk '/Mem:/ {print $2}'")
+    return {
+        "command": args.command,
+        "date": args.started,
+        "seconds": args.seconds,
+        "load_before": [float(x) for x in args.load_before.split()],
+        "load_after": [float(x) for x in args.load_after.split()],
+        "cpu": shell("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
+        "cores": int(shell("nproc") or 0),
+        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+                if re.search(rf"\b{f}\b", flags)],
+        "memory_gb": int(shell("free -g | awk '/Mem:/ {print $2}'") or 0),
+        "os": f"{shell('. /etc/os-release && echo $PRETTY_NAME')} ({platform.release()})",
+        "compiler": shell("c++ --version | head -1"),
+        "benchmark_library": shell("pkg-config --modversion benchmark") or None,
+    }
+
+
+def float_latency_spread(versatil):
+    """Noise, measured: every configuration row of a model times the same float model again.
+    The largest relative spread (max / min - 1) of those timings, and its model, at b1 and b8."""
+    spread = {}
+    for batch in (1, 8):
+        worst = (0.0, "–")
+        for name, model in versatil["models"].items():
+            times = [r[f"float_ms_b{batch}"] for r in model["runs"] if r.get(f"float_ms_b{batch}")]
+            if len(times) > 1:
+                worst = max(worst, (max(times) / min(times) - 1, name))
+        spread[batch] = worst
+    return spread
+
+
+def machine_section(run, versatil, peer, compile_data):
+    cfg = versatil["config"]
+    spread = float_latency_spread(versatil)
+    rows = len(CONFIGS)
+    threads = f"{cfg['threads']} (versatil), {peer['threads'] if peer else '–'} (peer)"
     lines = [
         "## Machine and command",
         "",
         "| | |",
         "|---|---|",
-        f"| command | `{args.command}` (from the repository root) |",
-        f"| date | {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} |",
-        f"| CPU | {cpu}, {shell('nproc')} cores, {', '.join(isa) or 'no AVX2'}; {memory} GB memory |",
-        f"| OS | {shell('. /etc/os-release && echo $PRETTY_NAME')} ({platform.release()}) |",
-        f"| compiler | {shell('c++ --version | head -1')} (release build, `-O3`) |",
+        f"| command | `{run['command']}` (from the repository root) |",
+        f"| started | {run['date']} |",
+        f"| CPU | {run['cpu']}, {run['cores']} cores, {', '.join(run['isa']) or 'no AVX2'}; {run['memory_gb']} GB memory |",
+        f"| OS | {run['os']} |",
+        f"| compiler | {run['compiler']} (release build, `-O3`) |",
         f"| LibTorch / python3-torch | Debian's {peer['torch_version'] if peer else '(peer not run)'}, CPU |",
-        f"| threads | 1 for every latency, training and quantize time, on both sides |",
-        f"| whole run | {args.seconds // 60} min {args.seconds % 60} s |",
-        f"| load average | {args.load_before} before, {args.load_after} after (1, 5, 15 min) |",
+        f"| threads | {threads}, for every latency, training and quantize time |",
+        f"| whole run | {run['seconds'] // 60} min {run['seconds'] % 60} s |",
+        f"| load average | {' '.join(f'{x:.2f}' for x in run['load_before'])} before, "
+        f"{' '.join(f'{x:.2f}' for x in run['load_after'])} after (1, 5, 15 min) |",
         "",
-        "The machine is a shared 2-core VM: other jobs may have run during the measurement (the load",
-        "average above says how busy it was). Latencies are medians of many runs, quantize and compile",
-        "times medians of 3; differences within ~10 % are noise here.",
+        f"Method: latencies are medians of many runs, quantize times medians of {cfg['quantize_repeats']}, "
+        f"compile times medians of {compile_data['repeats'] if compile_data else '–'}. Other jobs may have run on "
+        "the machine during the measurement; the load averages above say how busy it was.",
+        "",
+        f"Noise, measured in this run: each model's float latency is timed again in each of its {rows} rows; "
+        f"those timings differ by up to {fmt(100 * spread[1][0], 0)} % at batch 1 ({spread[1][1]}) and "
+        f"{fmt(100 * spread[8][0], 0)} % at batch 8 ({spread[8][1]}). Differences of that size between versatil "
+        "and the peer are within the noise.",
         "",
     ]
     return lines
 
 
-def policy_section(policy):
+def policy_section(policy, run):
     if not policy:
         return ["## 1. Policy layer", "", "Not run (no Google Benchmark).", ""], None
-    medians = {}
+    medians, repetitions = {}, set()
     for bench in policy["benchmarks"]:
         if bench.get("aggregate_name") == "median":
             scale = {"ns": 1, "us": 1e3, "ms": 1e6}[bench["time_unit"]]
             medians[bench["run_name"]] = bench["real_time"] * scale
+            repetitions.add(bench["repetitions"])
+    library = run.get("benchmark_library") or "version not recorded"
     lines = ["## 1. Policy layer", "",
-             "Google Benchmark (Debian's libbenchmark 1.7.1; its library is a debug build, which only",
-             "affects the harness's own overhead, the same for every case). Median of 5 repetitions,",
-             "ns per iteration. `constant/` is the answer as a literal, `versatil/` the policy layer as a",
-             "user writes it, `virtual/` the ABC-style baseline written like the Python original",
-             "(abstract backend class, composable quantizer holding (path, backend object) pairs),",
-             "`raw/` hand-written getenv/setenv/unsetenv with save and restore. Inputs meant to be",
-             "known only at run time go through `benchmark::DoNotOptimize` first, results after.", "",
-             "| case | ns | versatil / baseline |", "|---|---:|---|"]
+             f"Google Benchmark ({library}; its library reports a {policy['context']['library_build_type']} build), "
+             f"median of {'/'.join(map(str, sorted(repetitions)))} repetitions, ns per iteration. Method: a debug "
+             "build of the library only adds the harness's own overhead, the same for every case. `constant/` is "
+             "the answer as a literal, `versatil/` the policy layer as a user writes it, `virtual/` the ABC-style "
+             "baseline written like the Python original (abstract backend class, composable quantizer holding "
+             "(path, backend object) pairs), `raw/` hand-written getenv/setenv/unsetenv with save and restore. "
+             "Inputs meant to be known only at run time go through `benchmark::DoNotOptimize` first, results after.",
+             "", "| case | ns | versatil / baseline |", "|---|---:|---|"]
     pairs = {
         "versatil/backend_names[0]": "constant/backend_name",
         "versatil/quantizer_for(literal)": "constant/backend_name",
@@ -122,13 +170,25 @@ def policy_section(policy):
     worst = max((v - constant for v in queries.values() if v is not None), default=None) if constant else None
     lines += ["", "Queries answered while compiling (" + ", ".join(f"`{k.split('/')[1]}` {fmt(v)} ns"
                                                               for k, v in queries.items() if v is not None)
-              + f") against {fmt(constant)} ns for the literal: at most {fmt(worst)} ns more. The loop only stores the "
-              "constant result through `DoNotOptimize` (for `quantizer_for`, the four fields of the "
-              "`optional<backend_quantizer>` as immediates; checked in the disassembly of this benchmark) where the "
-              "literal case stores one pointer and a length: no lookup is left at run time. The virtual baseline's literal lookup takes "
-              f"{fmt(medians.get('virtual/quantizer_for(literal)'))} ns and a config query "
-              f"{fmt(medians.get('virtual/config_query'))} ns: it walks its list every time.", ""]
+              + f") against {fmt(constant)} ns for the literal: at most {fmt(worst)} ns more. The virtual baseline's "
+              f"literal lookup takes {fmt(medians.get('virtual/quantizer_for(literal)'))} ns and a config query "
+              f"{fmt(medians.get('virtual/config_query'))} ns (by construction it walks its list on every call).",
+              "",
+              "Checked by hand in the disassembly of `benchmarks/policy_layer.cpp` when this section was written, "
+              "not by each run: the compile-time cases' loops only store the constant result through "
+              "`DoNotOptimize` (for `quantizer_for`, the four fields of the `optional<backend_quantizer>` as "
+              "immediates) where the literal case stores one pointer and a length; no lookup is left at run time.",
+              ""]
     return lines, (queries, constant, worst)
+
+
+def compile_noise(compile_data):
+    """The largest spread between repeated compiles of one TU, in seconds and relative to its median."""
+    spreads = [(max(u["all_seconds"]) - min(u["all_seconds"]), u["seconds"])
+               for u in compile_data["translation_units"] if len(u.get("all_seconds", [])) > 1]
+    seconds = max((a for a, _ in spreads), default=0.0)
+    relative = max((a / m for a, m in spreads if m > 0), default=0.0)
+    return seconds, relative
 
 
 def compile_section(compile_data):
@@ -138,8 +198,8 @@ def compile_section(compile_data):
     umbrella = units["umbrella"]["seconds"]
     lines = ["## 2. Compile-time cost", "",
              f"`{compile_data['flags']}` ({compile_data['compiler']}), median of {compile_data['repeats']} "
-             "compiles. Each generated TU composes N targets (alternating `XNNPACK<>` and `X86Inductor<>` on "
-             "paths `module0`…), checks two queries with `static_assert`, and keeps a run-time lookup and an "
+             "compiles. Method: each generated TU composes N targets (alternating `XNNPACK<>` and `X86Inductor<>` "
+             "on paths `module0`…), checks two queries with `static_assert`, and keeps a run-time lookup and an "
              "environment scope so there is code in the object.", "",
              "| translation unit | compile s | over the umbrella include, s | per target, ms | .text B | .data+.bss B |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -155,17 +215,25 @@ def compile_section(compile_data):
             points.append((u["targets"], over))
             lines.append(f"| N = {u['targets']} | {fmt(u['seconds'])} | {fmt(over)} | {fmt(1e3 * over / u['targets'], 1)} | "
                          f"{u['size']['text']} | {u['size']['data'] + u['size']['bss']} |")
-    lines += ["", "N = 1 holds only an `XNNPACK<>` target, which sets no environment variable; from N = 2 on, the "
-              "`X86Inductor<>` environment scope (the process store with its lock and layers) is in the object: "
-              "that is the step in .text between N = 1 and N = 8. After it, each target adds only its "
-              "constant data."]
+    sized = [(u["targets"], u["size"]["text"], u["size"]["data"] + u["size"]["bss"])
+             for u in compile_data["translation_units"] if u["targets"]]
+    if len(sized) >= 3:
+        (n1, text1, _), (n2, text2, data2), (nl, textl, datal) = sized[0], sized[1], sized[-1]
+        lines += ["", f"Method: N = {n1} holds only an `XNNPACK<>` target, which sets no environment variable; from "
+                  "N = 2 on, the `X86Inductor<>` environment scope (the process store with its lock and layers) is in "
+                  f"the object. Measured: .text grows by {text2 - text1} B from N = {n1} to N = {n2}, then by "
+                  f"{fmt((textl - text2) / (nl - n2), 1)} B per further target up to N = {nl}, while .data+.bss grows "
+                  f"by {fmt((datal - data2) / (nl - n2), 1)} B per target."]
     # Growth: the log-log slope of the cost above the umbrella include between successive N.
     slopes = []
     for (n0, t0), (n1, t1) in zip(points, points[1:]):
         if t0 > 0 and t1 > 0:
             slopes.append((n0, n1, math.log(t1 / t0) / math.log(n1 / n0)))
+    noise = compile_noise(compile_data)
     lines += ["", "Growth exponent of the cost above the umbrella include (log-log slope between successive N; "
-              "1 is linear, 2 quadratic): " + ", ".join(f"N {a}→{b}: {fmt(s)}" for a, b, s in slopes) + ".", ""]
+              "1 is linear, 2 quadratic): " + ", ".join(f"N {a}→{b}: {fmt(s)}" for a, b, s in slopes) + ". "
+              f"Repeated compiles of one TU differ by up to {fmt(noise[0])} s ({fmt(100 * noise[1], 0)} %); the cost "
+              "above the umbrella include is " + ", ".join(f"{fmt(t)} s at N = {n}" for n, t in points) + ".", ""]
     firmware = compile_data.get("firmware")
     if firmware:
         s = firmware["size"]
@@ -179,12 +247,12 @@ def runtime_sections(versatil, peer):
     lines = ["## 3–4. Runtime, side by side with PyTorch's own quantization", ""]
     cfg = versatil["config"]
     lines += [
-        f"Each model is built and trained in C++ (`include/versatil/torch/demo/models.hpp`, `training.hpp`; Adam, "
-        f"{cfg['steps']} steps of 64 on the first {cfg['train_images']} Fashion-MNIST training images, one "
-        f"thread) and saved as TorchScript. Calibration: {cfg['calibration_images']} training images in "
+        f"Method: each model is built and trained in C++ (`include/versatil/torch/demo/models.hpp`, `training.hpp`; "
+        f"Adam, {cfg['steps']} steps of 64 on the first {cfg['train_images']} Fashion-MNIST training images, "
+        f"{cfg['threads']} thread(s)) and saved as TorchScript. Calibration: {cfg['calibration_images']} training images in "
         f"batches of 32 (static only). Evaluation: the first {cfg['test_images']} test images (held out).",
         "",
-        "**The peer** (`benchmarks/peer.py`, Debian's python3-torch in the same run) gets the same "
+        "Method: **the peer** (`benchmarks/peer.py`, Debian's python3-torch in the same run) gets the same "
         "weights and data: each architecture has an `nn.Module` twin with the same module paths, and the "
         "trained weights are loaded from the C++ model's state dict. Static: `prepare_fx` with "
         "`get_default_qconfig_mapping(engine)`, calibration on the same batches, `convert_fx`; dynamic: "
@@ -194,7 +262,7 @@ def runtime_sections(versatil, peer):
         "traced + frozen TorchScript module (which one is noted); versatil's is its lowered (frozen) "
         "TorchScript module. Float latency: versatil's float TorchScript module; the peer's float "
         "nn.Module (the faster of eager and traced + frozen).", "",
-        "Both sides time a single forward with the same method (5 warm-up runs, then at least 20 runs and "
+        "Method: both sides time a single forward with the same method (5 warm-up runs, then at least 20 runs and "
         f"0.25 s; the median), repeated {cfg.get('latency_rounds', 1)} times, keeping the lowest median (the "
         "machine is shared; the quietest round is the closest to the model's own cost). Quantize time: prepare + calibrate + convert (+ lower, for versatil), median of "
         f"{cfg['quantize_repeats']} runs; the peer's copy of the model is made outside its timing. SQNR: "
@@ -282,7 +350,7 @@ def runtime_sections(versatil, peer):
 
 def phases_section(versatil, peer):
     lines = ["### Where versatil's quantize time goes, and what the lowered graphs hold", "",
-             "One extra quantization per configuration, timed step by step (seconds; the peer's dynamic path has no "
+             "Method: one extra quantization per configuration, timed step by step (seconds; the peer's dynamic path has no "
              "steps to split). q / dq: "
              "`aten::quantize_per_tensor` / `aten::dequantize` nodes left in the final graph (versatil's lowered "
              "module, the peer's traced + frozen one); every pair is a float round trip at run time.", "",
@@ -308,7 +376,7 @@ def phases_section(versatil, peer):
 
 def scaling_section(versatil, peer):
     lines = ["### Quantize time against depth", "",
-             "Untrained MLPs (width 128) of L linear layers, static `x86_inductor` (peer: FX with the onednn "
+             "Method: untrained MLPs (width 128) of L linear layers, static `x86_inductor` (peer: FX with the onednn "
              "mapping), same calibration batches; median of 3.", "",
              "| linear layers | versatil s | peer s | versatil / peer | versatil s per layer |",
              "|---:|---:|---:|---:|---:|"]
@@ -333,7 +401,7 @@ def scaling_section(versatil, peer):
     return lines + [""], fit
 
 
-def goals_section(summary, policy, slopes, fit, test_images):
+def goals_section(summary, policy, slopes, fit, test_images, compile_noise_seconds):
     lines = ["## What it shows", "",
              "The goals from the issue, each against this run's numbers. A ✗ is a loss, written down as measured.", ""]
     both = [s for s in summary if s["v"] and s["p"]]
@@ -379,26 +447,29 @@ def goals_section(summary, policy, slopes, fit, test_images):
                         if q_dynamic else "") + ".")
     if policy and policy[2] is not None:
         queries, constant, worst = policy
-        lines.append(f"- {mark(worst < 1.0)} **Zero cost of the policy layer against a constant.** Compile-time "
-                     f"queries take at most {fmt(worst)} ns more than a literal ({fmt(constant)} ns), under one "
-                     "nanosecond: no work is left at run time (section 1). Run-time lookups and the process "
-                     "environment scope are not constants; section 1 compares them with their hand-written baselines.")
+        lines.append(f"- {mark(worst < 1.0)} **Zero cost of the policy layer against a constant** (✓ when under one "
+                     f"nanosecond more). Compile-time queries take at most {fmt(worst)} ns more than a literal "
+                     f"({fmt(constant)} ns)" + (": no lookup is left at run time (section 1)." if worst < 1.0 else ".")
+                     + " Run-time lookups and the process environment scope are not constants; section 1 compares "
+                     "them with their hand-written baselines.")
     if slopes:
         worst = max(s for _, _, s in slopes)
-        lines.append(f"- {mark(worst <= 1.2)} **Compile time no faster than linear in the number of targets.** "
-                     f"Growth exponents {', '.join(fmt(s) for _, _, s in slopes)} (≤ 1 is linear or better; the "
-                     "small-N steps are dominated by noise around a near-zero increment).")
+        lines.append(f"- {mark(worst <= 1.0)} **Compile time grows no faster than linearly in the number of targets** "
+                     f"(✓ when every exponent is ≤ 1). Growth exponents {', '.join(fmt(s) for _, _, s in slopes)}; "
+                     f"section 2 gives the compile-time noise ({fmt(compile_noise_seconds)} s between repeated "
+                     "compiles of one TU) beside the cost above the umbrella include.")
     if fit:
-        lines.append(f"- {mark(fit[2] > 0.98)} **Quantize time linear in the number of layers.** R² = {fit[2]:.4f} "
-                     f"for a straight line, {fmt(1e3 * fit[0], 1)} ms per layer.")
+        lines.append(f"- {mark(fit[2] > 0.98)} **Quantize time linear in the number of layers** (✓ when R² > 0.98). "
+                     f"R² = {fit[2]:.4f} for a straight line, {fmt(1e3 * fit[0], 1)} ms per layer.")
     if peer_failed:
         lines.append(f"- The peer failed on: {', '.join(name(s) for s in peer_failed)}.")
     return lines + [""]
 
 
-def why_section(summary, slopes):
+def why_section(summary, slopes, compile_noise_figures, latency_spread):
     """Where versatil loses, with the mechanism (read from the code) and this run's numbers."""
-    lines = ["## Where versatil loses, and why", ""]
+    lines = ["## Where versatil loses, and why", "",
+             "Figures are this run's; the mechanism given for each is read from the code, not measured.", ""]
     static = [s for s in summary if s["v"] and s["p"] and s["mode"] == "static" and "phases" in s["v"]
               and "phases" in s["p"]]
     if static:
@@ -442,14 +513,15 @@ def why_section(summary, slopes):
             + ". A likely fix in the LibTorch layer: build the per-tensor "
             "QConfig once per target, sharing the target's activation observer module, and reuse that one value "
             "for every linear path.")
-    if slopes and max(x for _, _, x in slopes) > 1.2:
+    if slopes and max(x for _, _, x in slopes) > 1.0:
         lines.append(
-            "- **Compile time grows faster than linearly at large N.** The composition rules "
+            "- **Compile time grows faster than linearly somewhere** (exponents "
+            + ", ".join(f"N {a}→{b}: {fmt(x)}" for a, b, x in slopes if x > 1.0) + "). The composition rules "
             "(`check_composition`, `include/versatil/core/composition.hpp`) run in O(N log N) in the constant "
             "evaluator (one pass over the sorted paths); what else grows with N is the compiler's work on N "
-            "distinct `Target` types and their descriptors. Below ~32 targets the umbrella include dominates, "
-            "and on this shared machine single compiles vary by tens of percent, so the exponents between "
-            "neighbouring N are noisy.")
+            f"distinct `Target` types and their descriptors. Repeated compiles of one TU differ by up to "
+            f"{fmt(compile_noise_figures[0])} s ({fmt(100 * compile_noise_figures[1], 0)} %) in this run: section 2 "
+            "puts that beside the cost above the umbrella include.")
     lat = [s for s in summary if s["v"] and s["p"] and s["r1"] and (s["r1"] > 1.1 or (s["r8"] or 0) > 1.1)]
     if lat:
         def in_harness(s):
@@ -464,9 +536,9 @@ def why_section(summary, slopes):
             "one oneDNN primitive per packed weight, for the input shape of its first call, and rebuilds it on "
             "every call of any other shape; versatil's lower() and quantize() therefore run their checks and "
             "evaluation on deep copies, and the C++ loop times a fresh copy whose first call has the timed "
-            "batch size. On this shared 2-core machine differences up to ~10–20 % between runs of the same "
-            "model are also noise (compare the float columns, which time the same float model for several "
-            "rows).")
+            f"batch size. Noise in this run: the same float model, timed again in each of its rows, varies by up to "
+            f"{fmt(100 * latency_spread[1][0], 0)} % at b1 and {fmt(100 * latency_spread[8][0], 0)} % at b8 "
+            "(section \"Machine and command\").")
     return lines + [""]
 
 
@@ -511,7 +583,7 @@ def qat_section(versatil):
     if not rows:
         return []
     lines = ["## QAT training step", "",
-             "One Adam step on a batch of 64 Fashion-MNIST images, one thread, mean of 30 steps after 5 "
+             "Method: one Adam step on a batch of 64 Fashion-MNIST images, one thread, mean of 30 steps after 5 "
              "warm-up steps: the float model against the same model prepared for QAT (fake-quantize modules "
              "on every weight and activation, batch norm folded).", "",
              "| model | float step | x86_inductor:qat | overhead | xnnpack:qat | overhead |",
@@ -530,7 +602,7 @@ def loading_section(versatil):
         return []
     resident = versatil.get("loading_resident_mb", 0)
     lines = ["## Loading a file, checked", "",
-             "Plain `torch::jit::load` trusts the file. `load_model` / `load_quantized` check it: the zip "
+             "Method: plain `torch::jit::load` trusts the file. `load_model` / `load_quantized` check it: the zip "
              "layout, every record's CRC-32 and pickle, every tensor within its storage (column *checked*, "
              "`compile_source::in_process`); by default they also compile the source only in a child process, "
              "which saves the module again for this process to load (column *with child*): LibTorch's compiler "
@@ -549,26 +621,37 @@ def loading_section(versatil):
 
 def main():
     parser = argparse.ArgumentParser()
-    for name in ("out", "root", "command", "load-before", "load-after"):
+    for name in ("out", "root"):
         parser.add_argument("--" + name, required=True)
-    parser.add_argument("--seconds", type=int, required=True)
+    for name in ("command", "started", "load-before", "load-after"):
+        parser.add_argument("--" + name)
+    parser.add_argument("--seconds", type=int)
     args = parser.parse_args()
     out, root = Path(args.out), Path(args.root)
+    if args.seconds is not None:
+        (out / "run.json").write_text(json.dumps(record_run(args), indent=1) + "\n")
+    run = load(out / "run.json")
+    if run is None:
+        sys.exit(f"{out / 'run.json'} is missing: pass the run's --command, --started, --seconds, --load-before "
+                 "and --load-after to record it")
     policy, compile_data = load(out / "policy.json"), load(out / "compile.json")
     versatil, peer = load(out / "versatil.json"), load(out / "peer.json")
 
     lines = ["# Benchmarks", "",
-             "versatil against what a user would use instead, measured on this machine in one run of "
-             f"`{args.command}`. Written by `benchmarks/report.py` from the run's measurements "
-             "(kept in `benchmarks/results/`); nothing here is typed in by hand. Ratios are versatil / "
+             "versatil against what a user would use instead, measured in one run of "
+             f"`{run['command']}` on the machine below. Written by `benchmarks/report.py` from the run's "
+             "measurements (kept in `benchmarks/results/`): every figure, and every statement about what the run "
+             "found, is computed from them. Fixed text describes the method (marked \"Method:\") or the mechanism "
+             "behind a figure, as read from the code, or names what was checked by hand. Ratios are versatil / "
              "baseline: below 1 versatil is faster.", ""]
-    lines += machine_section(args, peer)
+    lines += machine_section(run, versatil, peer, compile_data)
     runtime, summary = runtime_sections(versatil, peer)
     scaling, fit = scaling_section(versatil, peer)
     compile_lines, slopes = compile_section(compile_data) if compile_data else (["## 2. Compile-time cost", "", "Not run.", ""], [])
-    policy_lines, policy_summary = policy_section(policy)
-    lines += goals_section(summary, policy_summary, slopes, fit, versatil["config"]["test_images"])
-    lines += why_section(summary, slopes)
+    policy_lines, policy_summary = policy_section(policy, run)
+    noise = compile_noise(compile_data) if compile_data else (0.0, 0.0)
+    lines += goals_section(summary, policy_summary, slopes, fit, versatil["config"]["test_images"], noise[0])
+    lines += why_section(summary, slopes, noise, float_latency_spread(versatil))
     has_plot = plot(summary, root / "benchmarks" / "latency.png")
     if has_plot:
         lines += ["![Float vs quantized latency per model and backend, versatil against the peer](latency.png)", ""]

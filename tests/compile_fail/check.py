@@ -5,6 +5,9 @@ A case file states what it expects in its leading comments:
     // expect: compiles                 the control case: must compile cleanly
     // expect-error: <regular expression>   must fail, and the compiler's output must match
                                             every such line (several lines: all must match)
+The compiler is told not to echo source lines (GCC's -fno-diagnostics-show-caret), so a
+pattern can only match what the compiler says (a static_assert's message, a type as it prints
+it), never the case's own text or a library line quoted back.
 Usage: check.py CASE.cpp -- COMPILER ARGS...
 """
 import re
@@ -35,7 +38,7 @@ def main():
     command = sys.argv[sys.argv.index("--") + 1:]
     compiles, patterns = expectations(case)
     with tempfile.TemporaryDirectory() as scratch:
-        run = subprocess.run(command + ["-fsyntax-only", "-o", str(Path(scratch) / "case.o"), str(case)],
+        run = subprocess.run(command + ["-fsyntax-only", "-fno-diagnostics-show-caret", "-o", str(Path(scratch) / "case.o"), str(case)],
                              capture_output=True, text=True)
     output = run.stdout + run.stderr
     if compiles:

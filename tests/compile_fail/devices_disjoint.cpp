@@ -1,5 +1,5 @@
-// expect-error: versatil::Quantizer: the targets' backends share no device type
-// expect-error: cuda_backend
+// expect-error: static assertion failed: versatil::Quantizer: the targets' backends share no device type
+// expect-error: composition_violation<versatil::composition_rule::devices_must_intersect, versatil::Target<versatil::fixed_string<7>\{"encoder"\}, versatil::XNNPACK<> >, versatil::Target<versatil::fixed_string<4>\{"head"\}, cuda_backend>
 #include "versatil/versatil.hpp"
 using namespace versatil;
 struct cuda_backend : backend_policy<cuda_backend> {

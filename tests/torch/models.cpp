@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "torch_test_helpers.hpp"
 #include "versatil/torch/demo/models.hpp"
 #include "versatil/torch/demo/modules.hpp"
 
@@ -244,11 +245,8 @@ TEST_CASE("a saved model loads back with identical outputs") {
 }
 
 TEST_CASE("Python's torch.jit.load sees the saved model as torch.nn modules with the same outputs") {
-    constexpr const char* python = "/usr/bin/python3";
-    if (std::system((std::string(python) + " -c 'import torch' > /dev/null 2>&1").c_str()) != 0) {
-        MESSAGE("skipped: " << python << " cannot import torch");
-        return;
-    }
+    versatil::testing::require_python_torch();
+    const std::string python = versatil::testing::torch_python;
     const temp_dir directory;
     const Module model = vt::small_cnn_mlp(5);
     const auto model_file = (directory.path / "small_cnn_mlp.pt").string();
@@ -267,7 +265,7 @@ x = torch.linspace(-2.0, 2.0, 4 * 28 * 28).reshape(4, 1, 28, 28)
 with torch.no_grad():
     print(" ".join("%.9e" % v for v in m(x).flatten().tolist()))
 )PY";
-    const std::string command = std::string(python) + " " + script_file + " " + model_file + " > " + output_file + " 2>&1";
+    const std::string command = python + " " + script_file + " " + model_file + " > " + output_file + " 2>&1";
     const int status = std::system(command.c_str());
     std::ifstream output(output_file);
     std::string names;

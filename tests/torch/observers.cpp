@@ -152,23 +152,21 @@ TEST_CASE("make_observer rejects specs it cannot honour") {
     CHECK_THROWS_WITH_AS(make_observer(qat), doctest::Contains("fake quantization"), versatil::libtorch::error);
 }
 
-TEST_CASE("making an observer shares the compiled class and is cheap") {
+// What makes make_observer cheap is that it copies a prototype of an already compiled class
+// instead of compiling TorchScript again: the type identities below prove that. Its speed is
+// not asserted here (a timed check fails on a busy machine and passes on a fast one whatever
+// the code does); the benchmarks' phase table times prepare, which makes every observer.
+TEST_CASE("making an observer shares the compiled class") {
     const quantization_spec histogram = with_observer(uint8_affine, observer_kind::histogram);
     torch::jit::Module first = make_observer(histogram);  // compiles the prototypes once
     torch::jit::Module second = make_observer(int8_symmetric);
     torch::jit::Module third = make_observer(uint8_affine);
     CHECK((third.type() == second.type()));  // one class per kind, whatever the spec
 
-    constexpr int count = 200;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < 200; ++i) {
         torch::jit::Module observer = make_observer(i % 2 == 0 ? histogram : int8_symmetric);
         REQUIRE((observer.type() == (i % 2 == 0 ? first.type() : second.type())));
     }
-    const double micros =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / count;
-    MESSAGE("make_observer: " << micros << " us per observer");
-    CHECK(micros < 300.0);
 
     // The copies do not share statistics with each other or with the prototype.
     feed(first, values({-1.0F, 1.0F}));
@@ -510,8 +508,18 @@ private:
 TEST_CASE("observers drive LibTorch's graph-mode passes to a quantized::linear") {
     const at::QEngine engine_before = at::globalContext().qEngine();
     const quantization_spec weight = per_channel(int8_symmetric, 0, observer_kind::per_channel_min_max);
-    for (const observer_kind activation_kind :
-         {observer_kind::min_max, observer_kind::moving_average_min_max, observer_kind::histogram}) {
+    // SQNR floors 1 dB (26 % more noise power) under the measured figures: min_max 34.8 dB,
+    // moving_average_min_max 31.3 dB (its averaged range of 8 batches is narrower than the test
+    // input's, so more of it clips), histogram 34.8 dB. Weights and data are seeded, so on one
+    // machine the figures repeat exactly; the margin is for another CPU's integer kernels.
+    struct activation_case {
+        observer_kind kind;
+        double sqnr_floor_db;
+    };
+    for (const activation_case& activation :
+         {activation_case{observer_kind::min_max, 33.8}, activation_case{observer_kind::moving_average_min_max, 30.3},
+          activation_case{observer_kind::histogram, 33.8}}) {
+        const observer_kind activation_kind = activation.kind;
         CAPTURE(versatil::to_string(activation_kind));
         torch::manual_seed(7);
         torch::jit::Module model = linear_model(16, 8);
@@ -540,7 +548,7 @@ TEST_CASE("observers drive LibTorch's graph-mode passes to a quantized::linear")
         const torch::Tensor output = quantized.forward({test_input}).toTensor();
         const double sqnr = sqnr_db(reference, output);
         MESSAGE(versatil::to_string(activation_kind) << " activations: SQNR " << sqnr << " dB");
-        CHECK(sqnr > 30.0);
+        CHECK(sqnr > activation.sqnr_floor_db);
     }
     CHECK((at::globalContext().qEngine() == engine_before));
 }
@@ -567,7 +575,7 @@ TEST_CASE("the placeholder observer gives LibTorch a dynamic quantized::linear_d
         CHECK(graph.find("quantized::linear_dynamic") != std::string::npos);
         const double sqnr = sqnr_db(reference, quantized.forward({test_input}).toTensor());
         MESSAGE("dynamic: SQNR " << sqnr << " dB");
-        CHECK(sqnr > 30.0);
+        CHECK(sqnr > 36.0);  // measured 37.1 dB; 1 dB under it, as above
     }
     CHECK((at::globalContext().qEngine() == engine_before));
 }

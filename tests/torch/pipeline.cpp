@@ -33,12 +33,15 @@ quantize_data synthetic_data() {
     return {smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
 }
 
-// Whole-model int8 on a small CNN keeps about 30-40 dB of output SQNR (the spike and the
-// benchmarks measure 34-40 dB); 25 dB leaves room for seeds and still fails on any real
-// mistake (wrong qparams, a channel axis mixed up, unfolded batch norm: those give < 20 dB).
-constexpr double static_sqnr_floor_db = 25.0;
-// Dynamic quantization keeps float activations between layers: at least as good.
-constexpr double dynamic_sqnr_floor_db = 28.0;
+// Output SQNR is checked against the figure measured for each case (torch_test_pipeline -s,
+// LibTorch 1.13): the data and weights are seeded and quantize() runs on one thread, so a
+// figure repeats run to run. The floor is 1 dB under it (26 % more noise power): limiting
+// oneDNN to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, a CPU without AVX-512) moved the figures by at most
+// 0.35 dB. A real loss is larger: one bit fewer for activations (reduce_range) costs 4.4 dB.
+void check_sqnr(const quantization_report& report, double measured_db) {
+    MESSAGE("SQNR " << report.sqnr_db << " dB (measured when the floor was set: " << measured_db << " dB)");
+    CHECK(report.sqnr_db > measured_db - 1.0);
+}
 
 std::string fingerprint(const ::torch::jit::Module& model) {
     std::string text = model.get_method("forward").graph()->toString();
@@ -56,19 +59,19 @@ TEST_CASE("both backends quantize a CNN + MLP, static and dynamic, with real qua
         const char* spec;
         const char* engine;
         int quantized_convs;
-        double floor;
+        double measured_sqnr_db;
     };
-    for (const expectation& e : {expectation{"x86_inductor", "onednn", 2, static_sqnr_floor_db},
-                                 expectation{"xnnpack", "qnnpack", 2, static_sqnr_floor_db},
-                                 expectation{"xnnpack:per_tensor", "qnnpack", 2, static_sqnr_floor_db},
-                                 expectation{"x86_inductor:reduce_range", "onednn", 2, static_sqnr_floor_db - 6.0},
-                                 expectation{"x86_inductor:dynamic", "onednn", 0, dynamic_sqnr_floor_db},
-                                 expectation{"xnnpack:dynamic", "qnnpack", 0, dynamic_sqnr_floor_db}}) {
+    for (const expectation& e : {expectation{"x86_inductor", "onednn", 2, 38.9},
+                                 expectation{"xnnpack", "qnnpack", 2, 39.1},
+                                 expectation{"xnnpack:per_tensor", "qnnpack", 2, 38.8},
+                                 expectation{"x86_inductor:reduce_range", "onednn", 2, 34.5},
+                                 expectation{"x86_inductor:dynamic", "onednn", 0, 41.3},
+                                 expectation{"xnnpack:dynamic", "qnnpack", 0, 46.6}}) {
         const std::string spec = e.spec;
         CAPTURE(spec);
         const quantization_result result = quantize(model, compose({{"", backend(e.spec)}}), data, {1, 1, false, false});
         CHECK(result.report.engine == e.engine);
-        CHECK(result.report.sqnr_db > e.floor);
+        check_sqnr(result.report, e.measured_sqnr_db);
         CHECK(result.report.quantizable_ops == (e.quantized_convs == 0 ? 2 : 4));  // dynamic: linears only
         const ::torch::jit::Module& lowered = result.model.module;
         CHECK(count_kind(lowered, "quantized::conv2d_relu") == e.quantized_convs);  // conv + relu fused
@@ -112,7 +115,7 @@ TEST_CASE("an excluded module stays float and everything else is quantized") {
     CHECK(count_kind(lowered, "quantized::linear_relu") + count_kind(lowered, "quantized::linear") == 1);
     CHECK(count_kind(lowered, "quantized::conv2d_relu") == 2);
     CHECK(result.report.quantized_ops == 3);
-    CHECK(result.report.sqnr_db > static_sqnr_floor_db);
+    check_sqnr(result.report, 37.8);
 }
 
 TEST_CASE("targets aimed at submodules quantize only those") {
@@ -254,7 +257,7 @@ TEST_CASE("compile-time quantizers drive the same flow") {
     CHECK(result.report.targets.size() == 3);
     CHECK(result.report.targets[2].backend == "none");
     CHECK(count_kind(result.model.module, "aten::linear") == 1);
-    CHECK(result.report.sqnr_db > static_sqnr_floor_db);
+    check_sqnr(result.report, 39.6);
 }
 
 TEST_CASE("attention's q/k/v projections share one input and one QConfig under xnnpack's per-tensor linear fallback") {
@@ -262,9 +265,11 @@ TEST_CASE("attention's q/k/v projections share one input and one QConfig under x
         CAPTURE(layers);
         const quantization_result result = quantize(transformer_encoder(0, 64, 4, layers), compose({{"", backend("xnnpack")}}),
                                                     synthetic_data(), {1, 1, false, false});
+        // Every linear quantized: embed, q/k/v/out_proj, linear1 and linear2 per block, head.
+        CHECK(result.report.quantizable_ops == 6 * layers + 2);
         CHECK(result.report.quantized_ops == result.report.quantizable_ops);
         CHECK(result.report.adjustments.size() == static_cast<std::size_t>(result.report.quantizable_ops));
-        CHECK(result.report.sqnr_db > 20.0);
+        check_sqnr(result.report, layers == 1 ? 30.8 : 31.1);
     }
 }
 

@@ -31,6 +31,9 @@ const trained& trained_model(const std::string& kind) {
     options.steps = 400;
     options.batch_size = 64;
     options.learning_rate = 2e-3;
+    // One thread, whatever LibTorch's default on the machine, so that on one machine the trained
+    // weights, and the figures below, repeat (another thread count sums in another order).
+    options.num_threads = 1;
     (void)train_classifier(model, train.images, train.labels, options);
     quantize_data data = versatil::testing::fashion_mnist_data(train, test);
     const double accuracy = top1_accuracy(model, test.images, test.labels);
@@ -42,6 +45,28 @@ quantization_report quantize_with(const trained& t, std::string_view spec) {
     return quantize(t.model, *quantizer, t.data, {1, 1, false, false}).report;
 }
 
+struct expectation {
+    const char* spec;
+    std::int64_t quantizable_ops;  // conv + linear calls; dynamic quantization takes the linears only
+    double sqnr_floor_db;
+};
+
+// Accuracy within a point of float proves little if layers were silently left in float, so every
+// quantizable op must run quantized, and their number is the model's own. SQNR floors: see each
+// test case for the figures measured (torch_test_real_data -s) and the margin's reason.
+void check_quantized(const trained& t, const expectation& e) {
+    const std::string spec = e.spec;
+    CAPTURE(spec);
+    const quantization_report report = quantize_with(t, e.spec);
+    MESSAGE(spec << ": top-1 " << *report.quantized_accuracy << ", SQNR " << report.sqnr_db << " dB, "
+                 << report.quantized_ops << " of " << report.quantizable_ops << " ops quantized");
+    CHECK(*report.float_accuracy == doctest::Approx(t.float_accuracy));
+    CHECK(*report.quantized_accuracy >= *report.float_accuracy - 0.01);
+    CHECK(report.quantizable_ops == e.quantizable_ops);
+    CHECK(report.quantized_ops == report.quantizable_ops);
+    CHECK(report.sqnr_db > e.sqnr_floor_db);
+}
+
 }  // namespace
 
 TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every backend") {
@@ -49,15 +74,14 @@ TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every back
     const trained& t = trained_model("cnn");
     MESSAGE("float top-1: " << t.float_accuracy);
     REQUIRE(t.float_accuracy > 0.80);  // a real model, not chance (0.10)
-    for (const std::string spec : {"x86_inductor", "xnnpack", "xnnpack:per_tensor", "x86_inductor:dynamic", "xnnpack:dynamic"}) {
-        CAPTURE(spec);
-        const quantization_report report = quantize_with(t, spec);
-        MESSAGE(spec << ": top-1 " << *report.quantized_accuracy << ", SQNR " << report.sqnr_db << " dB");
-        CHECK(*report.float_accuracy == doctest::Approx(t.float_accuracy));
-        CHECK(*report.quantized_accuracy >= *report.float_accuracy - 0.01);
-        CHECK(report.sqnr_db > 20.0);
-        CHECK(report.quantized_ops > 0);
-    }
+    // Two convolutions and two linears. SQNR measured 38.9, 38.7, 38.4, 44.8 and 49.6 dB (in the
+    // order below). Trained with 2 threads instead of 1, or with oneDNN and OpenBLAS held to AVX2
+    // (ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell, as on a CPU without AVX-512), the model
+    // differs and each figure moved by at most 1.2 dB: the floors are 2 dB under the measured ones.
+    for (const expectation& e : {expectation{"x86_inductor", 4, 36.9}, expectation{"xnnpack", 4, 36.7},
+                                 expectation{"xnnpack:per_tensor", 4, 36.4}, expectation{"x86_inductor:dynamic", 2, 42.8},
+                                 expectation{"xnnpack:dynamic", 2, 47.6}})
+        check_quantized(t, e);
 }
 
 TEST_CASE("the depthwise-separable CNN keeps its top-1 within one point with xnnpack's per-channel default") {
@@ -65,10 +89,10 @@ TEST_CASE("the depthwise-separable CNN keeps its top-1 within one point with xnn
     const trained& t = trained_model("mobilenet");
     MESSAGE("float top-1: " << t.float_accuracy);
     REQUIRE(t.float_accuracy > 0.75);
-    for (const std::string spec : {"xnnpack", "x86_inductor"}) {
-        CAPTURE(spec);
-        const quantization_report report = quantize_with(t, spec);
-        MESSAGE(spec << ": top-1 " << *report.quantized_accuracy << ", SQNR " << report.sqnr_db << " dB");
-        CHECK(*report.quantized_accuracy >= *report.float_accuracy - 0.01);
-    }
+    // The stem convolution, a depthwise and a pointwise convolution in each of three blocks, the fc.
+    // Its SQNR depends much more on the trained weights: xnnpack / x86_inductor measured 34.9 / 35.7
+    // dB, 30.0 / 30.2 when trained with 2 threads, 23.4 / 25.2 when trained held to AVX2 (as above).
+    // The floor, 20 dB, is under the lowest of those; top-1 and the op counts carry the rest.
+    for (const expectation& e : {expectation{"xnnpack", 8, 20.0}, expectation{"x86_inductor", 8, 20.0}})
+        check_quantized(t, e);
 }

@@ -29,31 +29,49 @@ runtime_quantizer whole_model(std::string_view spec) {
 }
 
 // Every scale the converted model holds (activation scales as doubles, per-channel weight
-// scales as tensors) is finite and positive, and every zero point lies in its dtype's range.
+// scales as tensors) is finite and positive, and every zero point lies in the range of the dtype
+// it quantizes to (quint8 [0, 255], qint8 [-128, 127]), read from the _scalar_type_ attribute
+// LibTorch keeps beside it. Returns how many scale / zero-point pairs it checked.
 int check_qparams(const ::torch::jit::Module& converted) {
-    int checked = 0;
+    int pairs = 0;
     for (const ::torch::jit::Module& module : converted.modules()) {
         for (const auto& attribute : module.named_attributes(/*recurse=*/false)) {
-            const bool is_scale = attribute.name.find("_scale") != std::string::npos;
-            const bool is_zero_point = attribute.name.find("_zero_point") != std::string::npos;
-            if (!is_scale && !is_zero_point) continue;
-            CAPTURE(attribute.name);
+            const std::string& name = attribute.name;
+            const std::size_t scale_at = name.find("_scale_"), zero_point_at = name.find("_zero_point_");
+            if (scale_at == std::string::npos && zero_point_at == std::string::npos) continue;
+            CAPTURE(name);
             // per-channel qparams are tensors; per-tensor scales doubles and zero points ints
             const at::Tensor value = attribute.value.isTensor() ? attribute.value.toTensor().to(at::kDouble)
                                      : attribute.value.isDouble()
                                          ? at::scalar_tensor(attribute.value.toDouble(), at::kDouble)
                                          : at::scalar_tensor(static_cast<double>(attribute.value.toInt()), at::kDouble);
-            if (is_scale) {
+            if (scale_at != std::string::npos) {
                 CHECK(at::isfinite(value).all().item<bool>());
                 CHECK(value.gt(0.0).all().item<bool>());
-            } else {
-                CHECK(value.ge(-128.0).all().item<bool>());
-                CHECK(value.le(255.0).all().item<bool>());
+                ++pairs;
+                continue;
             }
-            ++checked;
+            const std::string scalar_type = name.substr(0, zero_point_at) + "_scalar_type_" +
+                                            name.substr(zero_point_at + std::string_view("_zero_point_").size());
+            REQUIRE(module.hasattr(scalar_type));
+            const auto dtype = static_cast<c10::ScalarType>(module.attr(scalar_type).toInt());
+            REQUIRE((dtype == c10::kQUInt8 || dtype == c10::kQInt8));
+            const double low = dtype == c10::kQUInt8 ? 0.0 : -128.0, high = dtype == c10::kQUInt8 ? 255.0 : 127.0;
+            CHECK(value.ge(low).all().item<bool>());
+            CHECK(value.le(high).all().item<bool>());
         }
     }
-    return checked;
+    return pairs;
+}
+
+// 10 log10(signal / noise) of a quantized output against the float model's, in double (the
+// squares of a huge range overflow float).
+double output_sqnr_db(const ::torch::jit::Module& float_model, const at::Tensor& input, const at::Tensor& output) {
+    const ::torch::NoGradGuard no_grad;
+    ::torch::jit::Module module = float_model;
+    const at::Tensor reference = module.forward({input}).toTensor().to(at::kDouble);
+    const at::Tensor noise = output.to(at::kDouble) - reference;
+    return 10.0 * std::log10(reference.pow(2).sum().item<double>() / noise.pow(2).sum().item<double>());
 }
 
 struct numerical_case {
@@ -90,7 +108,7 @@ TEST_CASE("numerical edges quantize with finite, valid qparams and finite output
             prepared_model prepared = prepare(model, whole_model(spec));
             calibrate(prepared, c.calibration, {false});
             const converted_model converted = convert(prepared);
-            CHECK(check_qparams(converted.module) >= 8);  // input, activations and weights of 4 layers
+            CHECK(check_qparams(converted.module) == 9);  // the input, four layer outputs, four weights
             const lowered_model lowered = lower(converted, {c.sample, 1});
             const engine_scope scope(lowered.engine);
             const ::torch::NoGradGuard no_grad;
@@ -98,7 +116,31 @@ TEST_CASE("numerical edges quantize with finite, valid qparams and finite output
             const at::Tensor output = module.forward({c.sample}).toTensor();
             CHECK(output.size(0) == c.sample.size(0));
             CHECK(at::isfinite(output).all().item<bool>());
+            // Finite is not enough: the output must also be the float model's, within int8's
+            // noise. Measured 37.0-49.8 dB over these cases and both backends (seeded, one thread);
+            // the floor is 2 dB under the lowest. The huge range is the exception below.
+            if (std::string_view(c.name) != "huge range") CHECK(output_sqnr_db(model, c.sample, output) > 35.0);
         }
+    }
+}
+
+// Known defect, kept visible: with inputs scaled by 1e25 the quantized model returns zeros
+// (SQNR 0 dB against the float model, whose outputs reach 7e23), though every qparam is finite
+// and valid. This test fails until that is fixed; doctest counts the expected failure as a pass,
+// and reports the test as failed once it passes, so the decorator is removed then.
+TEST_CASE("a huge input range keeps the float model's outputs" * doctest::should_fail()) {
+    const at::Tensor images = smooth_images(8, 11) * 1e25F;
+    for (const char* spec : {"x86_inductor", "xnnpack"}) {
+        CAPTURE(spec);
+        const ::torch::jit::Module model = small_cnn_mlp(3);
+        prepared_model prepared = prepare(model, whole_model(spec));
+        calibrate(prepared, {images}, {false});
+        const lowered_model lowered = lower(convert(prepared), {images.slice(0, 0, 2), 1});
+        const engine_scope scope(lowered.engine);
+        const ::torch::NoGradGuard no_grad;
+        ::torch::jit::Module module = lowered.module;
+        const at::Tensor output = module.forward({images.slice(0, 0, 2)}).toTensor();
+        CHECK(output_sqnr_db(model, images.slice(0, 0, 2), output) > 35.0);
     }
 }
 

@@ -48,8 +48,6 @@ at::Tensor run(const ::torch::jit::Module& model, const at::Tensor& input) {
     return module.forward({input}).toTensor();
 }
 
-bool python_has_torch() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
-
 }  // namespace
 
 TEST_CASE("a saved model reloads with identical outputs, through versatil and through plain LibTorch") {
@@ -80,10 +78,7 @@ TEST_CASE("a saved model reloads with identical outputs, through versatil and th
 }
 
 TEST_CASE("Python's torch.jit.load runs a saved model with identical outputs") {
-    if (!python_has_torch()) {
-        MESSAGE("skipped: /usr/bin/python3 cannot import torch (Debian's python3-torch is not installed)");
-        return;
-    }
+    versatil::testing::require_python_torch();
     const scratch_directory scratch;
     const lowered_model model = quantized_cnn("xnnpack");
     save(model, scratch.path / "model.pt");
@@ -105,7 +100,8 @@ TEST_CASE("Python's torch.jit.load runs a saved model with identical outputs") {
         "out = m(io.calib)\n"
         "sys.exit(0 if torch.equal(out, io.test) else 1)\n";
     std::ofstream(scratch.path / "check.py") << script;
-    const std::string command = "/usr/bin/python3 " + (scratch.path / "check.py").string() + " " + scratch.path.string();
+    const std::string command = std::string(versatil::testing::torch_python) + " " +
+                                (scratch.path / "check.py").string() + " " + scratch.path.string();
     CHECK(std::system(command.c_str()) == 0);
 }
 

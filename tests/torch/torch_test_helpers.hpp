@@ -43,6 +43,18 @@ inline void require_fashion_mnist() {
     REQUIRE_MESSAGE(libtorch::fashion_mnist_available(), missing);
 }
 
+// Debian's interpreter, with python3-torch (a python3 earlier on PATH may lack torch).
+inline constexpr const char* torch_python = "/usr/bin/python3";
+
+// The tests that load a saved model in Python's torch need python3-torch (tools/install-deps
+// installs it); without it they fail with the fix rather than print "skipped" and pass.
+inline void require_python_torch() {
+    const std::string missing =
+        std::string(torch_python) + " cannot import torch: apt-get install python3-torch (tools/install-deps)";
+    REQUIRE_MESSAGE(std::system((std::string(torch_python) + " -c 'import torch' > /dev/null 2>&1").c_str()) == 0,
+                    missing);
+}
+
 // Fashion-MNIST as the quantize flow takes it: calibration from training images the test set
 // never sees, the test set (with labels) for evaluation, the training set for QAT.
 inline libtorch::quantize_data fashion_mnist_data(const libtorch::dataset& train, const libtorch::dataset& test) {

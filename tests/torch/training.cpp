@@ -1,5 +1,6 @@
 // Training the TorchScript models from C++ on real Fashion-MNIST: the loss falls, test accuracy
-// reaches a level a working small CNN reaches, and the run is fast enough for tests.
+// reaches a level a working small CNN reaches. Training time is measured by the benchmarks
+// (RESULTS.md, "Float models"), not asserted here.
 #include "doctest_with_torch.hpp"
 #include "torch_test_helpers.hpp"
 #include <chrono>
@@ -67,9 +68,6 @@ TEST_CASE("small_cnn_mlp trained on 5000 Fashion-MNIST images passes 80 % test t
     // Batch norm learned running statistics while training.
     const auto bn_mean_after = model.attr("features").toModule().attr("1").toModule().attr("running_mean").toTensor();
     CHECK_FALSE(at::allclose(bn_mean_before, bn_mean_after));
-    // About 17 s on the 2-vCPU build machine with LibTorch's default single thread; the bound is
-    // generous for a loaded CI machine but catches a pathological slowdown (2 threads: ~140 s).
-    CHECK(train_seconds < 45.0);
 }
 
 TEST_CASE("training is deterministic for a seed, and SGD trains too") {
