@@ -139,4 +139,13 @@ static_assert(X86Inductor<reduce_range>::config.input_activation->quant_max == 1
 static_assert(XNNPACK<qat>::config.weight->is_fake_quantize && !XNNPACK<>::config.weight->is_fake_quantize);
 static_assert(XNNPACK<dynamic>::config.input_activation->observer == placeholder);
 
+// --- Families: every configuration of a policy template is one family, told apart by identity,
+// not by name; a policy that is no template of options has none.
+static_assert(descriptor_of<X86Inductor<>>.family == &family_of<X86Inductor>);
+static_assert(descriptor_of<X86Inductor<dynamic, qat, reduce_range>>.family == &family_of<X86Inductor>);
+static_assert(descriptor_of<XNNPACK<per_tensor>>.family == &family_of<XNNPACK>);
+static_assert(&family_of<XNNPACK> != &family_of<X86Inductor>);
+static_assert(family_of<XNNPACK>.name == "xnnpack" && family_of<X86Inductor>.name == "x86_inductor");
+static_assert(descriptor_of<user_backend>.family == nullptr);
+
 }  // namespace

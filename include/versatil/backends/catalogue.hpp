@@ -35,9 +35,28 @@ constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... pa
 }
 }  // namespace detail
 
+// The built-in backends' policy templates: layers above the core give each its traits (the
+// LibTorch layer's lowering traits), and every configured policy below is of one.
+using builtin_families = family_list<X86Inductor, XNNPACK>;
+
 inline constexpr auto builtin_backends =
     detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range>,
                         detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor>);
+
+namespace detail {
+template <template <auto...> class... Policies>
+constexpr bool is_listed(const backend_family* family, family_list<Policies...>) {
+    return ((family == &family_of<Policies>) || ...);
+}
+}  // namespace detail
+
+static_assert(
+    [] {
+        for (const backend_descriptor* descriptor : builtin_backends)
+            if (!detail::is_listed(descriptor->family, builtin_families{})) return false;
+        return true;
+    }(),
+    "versatil: every backend in builtin_backends needs its policy template in builtin_families");
 
 struct backend_spec_error {
     std::string message;

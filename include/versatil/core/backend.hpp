@@ -76,7 +76,8 @@ consteval bool check_backend() {
 template <class Policy>
 inline constexpr backend_descriptor descriptor_of{Policy::name,   Policy::is_dynamic, Policy::is_qat,
                                                   Policy::supported_device_types, Policy::config,
-                                                  Policy::environment, Policy::options};
+                                                  Policy::environment, Policy::options,
+                                                  family_of_policy<Policy>};
 
 // Implements the contract's functions for `Policy` (CRTP, resolved at compile time): the
 // functions are static, so a policy is used as a type (`XNNPACK<>::create_quantizer("")`)

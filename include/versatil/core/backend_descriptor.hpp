@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "versatil/core/backend_family.hpp"
 #include "versatil/core/device.hpp"
 #include "versatil/core/quantization_config.hpp"
 #include "versatil/environment/environment_assignment.hpp"
@@ -22,6 +23,9 @@ struct backend_descriptor {
     // The options the policy was given, by name ("dynamic,per_tensor"): how a run-time
     // spec and a saved model's metadata refer to one configured policy.
     std::string_view options;
+    // The policy template it configures (backend_family.hpp); nullptr for a policy that is no
+    // template of options.
+    const backend_family* family = nullptr;
 };
 
 }  // namespace versatil

@@ -142,7 +142,7 @@ public:
     }
 
     // Calls `visit(boost::hana::type_c<Target>)` for each target type, in order: how a layer
-    // above (LibTorch lowering) reaches each target's policy type.
+    // above reaches each target's policy type (the LibTorch layer checks that each can lower).
     template <class Visitor>
     static constexpr void for_each_target(Visitor&& visit) {
         boost::hana::for_each(boost::hana::tuple_t<Targets...>, visit);
