@@ -290,9 +290,9 @@ int main(int argc, char** argv) {
                     result.model.module.save(
                         (out / entry.name / ("versatil_" + backend + "_" + (dynamic ? "dynamic" : "static") + ".pt"))
                             .string());
-                    run["quantize_nodes"] = count_nodes(result.model.module, is_quantize_node);
-                    run["dequantize_nodes"] = count_nodes(result.model.module, is_dequantize_node);
-                    const engine_scope scope(engine_settings{result.model.engine, 1, std::nullopt});
+                    run["quantize_nodes"] = detail::count_nodes(result.model.module, is_quantize_node);
+                    run["dequantize_nodes"] = detail::count_nodes(result.model.module, is_dequantize_node);
+                    const engine_scope scope(engine_settings{result.model.plan.engine, 1, std::nullopt});
                     // A fresh copy per batch size: oneDNN keeps the primitive of its first input shape.
                     for (const int64_t batch : {int64_t{1}, int64_t{8}}) {
                         const at::Tensor input = test.images.slice(0, 0, batch).contiguous();
@@ -304,15 +304,11 @@ int main(int argc, char** argv) {
                                 run["quantize_seconds"].get<double>(), run["float_ms_b1"].get<double>(),
                                 run["quantized_ms_b1"].get<double>());
                 };
-                const auto first_line = [](const std::exception& failure) {
-                    const std::string what = failure.what();
-                    return what.substr(0, what.find('\n'));
-                };
                 try {
                     measure(spec);
                 } catch (const std::exception& failure) {
-                    std::printf("  %-22s FAILED: %s\n", spec.c_str(), first_line(failure).c_str());
-                    run = {{"backend", backend}, {"mode", dynamic ? "dynamic" : "static"}, {"error", first_line(failure)}};
+                    std::printf("  %-22s FAILED: %s\n", spec.c_str(), one_line(failure).c_str());
+                    run = {{"backend", backend}, {"mode", dynamic ? "dynamic" : "static"}, {"error", one_line(failure)}};
                     // The documented way out when the default xnnpack composition fails: per-tensor weights
                     // everywhere (what the peer's qnnpack qconfig uses too). Recorded as a fallback.
                     if (spec == "xnnpack") {
@@ -320,7 +316,7 @@ int main(int argc, char** argv) {
                             measure("xnnpack:per_tensor");
                             run["fallback_from"] = spec;
                         } catch (const std::exception& again) {
-                            std::printf("  %-22s FAILED: %s\n", "xnnpack:per_tensor", first_line(again).c_str());
+                            std::printf("  %-22s FAILED: %s\n", "xnnpack:per_tensor", one_line(again).c_str());
                         }
                     }
                 }

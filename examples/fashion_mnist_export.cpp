@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
         const training_result trained = train_classifier(model, train.images, train.labels, options);
         std::filesystem::create_directories(output);
         save_module(model, output / "model.pt", {});
-        save_data_file({train.images.slice(0, 0, 512), test.images, test.labels, train.images, train.labels},
+        save_data_file({{train.images.slice(0, 0, 512)}, {test.images}, test.labels, train.images, train.labels},
                        output / "data.pt");
         std::printf("%s: %ld steps, final loss %.3f, float top-1 %.2f %% on %lld test images\n", kind.c_str(), steps,
                     trained.final_loss, 100.0 * top1_accuracy(model, test.images, test.labels),

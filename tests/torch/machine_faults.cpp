@@ -283,7 +283,7 @@ TEST_CASE("quantize() from two threads at once gives what each gives alone") {
     };
     const at::Tensor probe = data.evaluation.front().input();
     const auto run_quantized = [&](const quantization_result& result) {
-        const engine_scope scope(result.model.engine);
+        const engine_scope scope(result.model.plan.engine);
         ::torch::jit::Module module = result.model.module.deepcopy();
         return module.forward({probe}).toTensor();
     };

@@ -21,6 +21,7 @@
 #include "torch_test_helpers.hpp"
 #include "versatil/torch/demo/models.hpp"
 #include "versatil/torch/demo/modules.hpp"
+#include "versatil/torch/pipeline/module_tree.hpp"
 
 
 namespace vt = versatil::libtorch;

@@ -69,7 +69,7 @@ TEST_CASE("both backends quantize a CNN + MLP, static and dynamic, with real qua
                                  expectation{"xnnpack:dynamic", "qnnpack", 0, 46.6}}) {
         const std::string spec = e.spec;
         CAPTURE(spec);
-        const quantization_result result = quantize(model, compose({{"", backend(e.spec)}}), data, {1, 1, false, false});
+        const quantization_result result = quantize(model, compose({{"", backend(e.spec)}}), data, {.per_layer = false, .progress = false});
         CHECK(result.report.engine == e.engine);
         check_sqnr(result.report, e.measured_sqnr_db);
         CHECK(result.report.quantizable_ops == (e.quantized_convs == 0 ? 2 : 4));  // dynamic: linears only
@@ -83,7 +83,7 @@ TEST_CASE("both backends quantize a CNN + MLP, static and dynamic, with real qua
             CHECK(result.report.quantized_ops == 4);
             CHECK(count_kind(lowered, "aten::conv2d") == 0);
         }
-        CHECK(result.report.compression_ratio > 3.0);
+        CHECK(result.report.compression_ratio() > 3.0);
     }
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("options change what is built: reduce_range halves the activation rang
 TEST_CASE("an excluded module stays float and everything else is quantized") {
     const ::torch::jit::Module model = small_cnn_mlp(1);
     const quantization_result result = quantize(
-        model, compose({{"", backend("x86_inductor")}, {"classifier.fc2", nullptr}}), synthetic_data(), {1, 1, false, false});
+        model, compose({{"", backend("x86_inductor")}, {"classifier.fc2", nullptr}}), synthetic_data(), {.per_layer = false, .progress = false});
     const ::torch::jit::Module& lowered = result.model.module;
     CHECK(count_kind(lowered, "aten::linear") == 1);  // fc2, in float
     CHECK(count_kind(lowered, "quantized::linear_relu") + count_kind(lowered, "quantized::linear") == 1);
@@ -132,12 +132,12 @@ TEST_CASE("targets aimed at submodules quantize only those") {
 
 TEST_CASE("xnnpack linear layers get per-tensor weights, and the report says so") {
     const quantization_result result =
-        quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack")}}), synthetic_data(), {1, 1, false, false});
+        quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack")}}), synthetic_data(), {.per_layer = false, .progress = false});
     REQUIRE(result.report.adjustments.size() == 2);
     CHECK(result.report.adjustments[0].module_path == "classifier.fc1");
     CHECK(result.report.adjustments[1].module_path == "classifier.fc2");
     // per_tensor asks for it everywhere: nothing to adjust
-    CHECK(quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack:per_tensor")}}), synthetic_data(), {1, 1, false, false})
+    CHECK(quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack:per_tensor")}}), synthetic_data(), {.per_layer = false, .progress = false})
               .report.adjustments.empty());
 }
 
@@ -253,7 +253,7 @@ TEST_CASE("dynamic targets need no calibration data") {
 TEST_CASE("compile-time quantizers drive the same flow") {
     using whole = Quantizer<Target<"features", XNNPACK<>>, Target<"classifier", XNNPACK<per_tensor>>,
                             Exclude<"classifier.fc2">>;
-    const quantization_result result = quantize(small_cnn_mlp(7), whole{}, synthetic_data(), {1, 1, false, false});
+    const quantization_result result = quantize(small_cnn_mlp(7), whole{}, synthetic_data(), {.per_layer = false, .progress = false});
     CHECK(result.report.targets.size() == 3);
     CHECK(result.report.targets[2].backend == "none");
     CHECK(count_kind(result.model.module, "aten::linear") == 1);
@@ -264,7 +264,7 @@ TEST_CASE("attention's q/k/v projections share one input and one QConfig under x
     for (const std::int64_t layers : {1, 2}) {
         CAPTURE(layers);
         const quantization_result result = quantize(transformer_encoder(0, 64, 4, layers), compose({{"", backend("xnnpack")}}),
-                                                    synthetic_data(), {1, 1, false, false});
+                                                    synthetic_data(), {.per_layer = false, .progress = false});
         // Every linear quantized: embed, q/k/v/out_proj, linear1 and linear2 per block, head.
         CHECK(result.report.quantizable_ops == 6 * layers + 2);
         CHECK(result.report.quantized_ops == result.report.quantizable_ops);
@@ -336,10 +336,10 @@ TEST_CASE("batches of several inputs split together; inputs with different sampl
 }
 
 TEST_CASE("LibTorch messages shrink to the line that says something") {
-    CHECK(first_line("\nExpected a value\n  frame #0") == "Expected a value");
-    CHECK(first_line("forward(Tensor x) -> Tensor:\nExpected a value of type 'Tensor'\nmore") ==
+    CHECK(libtorch::detail::first_line("\nExpected a value\n  frame #0") == "Expected a value");
+    CHECK(libtorch::detail::first_line("forward(Tensor x) -> Tensor:\nExpected a value of type 'Tensor'\nmore") ==
           "forward(Tensor x) -> Tensor: Expected a value of type 'Tensor'");
-    CHECK(first_line("") == "");
-    CHECK(first_line("The following operation failed in the TorchScript interpreter.\nTraceback:\n  x\n"
+    CHECK(libtorch::detail::first_line("") == "");
+    CHECK(libtorch::detail::first_line("The following operation failed in the TorchScript interpreter.\nTraceback:\n  x\n"
                      "RuntimeError: expected scalar type Float\n") == "RuntimeError: expected scalar type Float");
 }

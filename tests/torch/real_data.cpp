@@ -42,7 +42,7 @@ const trained& trained_model(const std::string& kind) {
 
 quantization_report quantize_with(const trained& t, std::string_view spec) {
     auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
-    return quantize(t.model, *quantizer, t.data, {1, 1, false, false}).report;
+    return quantize(t.model, *quantizer, t.data, {.per_layer = false, .progress = false}).report;
 }
 
 struct expectation {

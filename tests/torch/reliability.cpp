@@ -110,7 +110,7 @@ TEST_CASE("numerical edges quantize with finite, valid qparams and finite output
             const converted_model converted = convert(prepared);
             CHECK(check_qparams(converted.module) == 9);  // the input, four layer outputs, four weights
             const lowered_model lowered = lower(converted, {c.sample, 1});
-            const engine_scope scope(lowered.engine);
+            const engine_scope scope(lowered.plan.engine);
             const ::torch::NoGradGuard no_grad;
             ::torch::jit::Module module = lowered.module;
             const at::Tensor output = module.forward({c.sample}).toTensor();
@@ -136,7 +136,7 @@ TEST_CASE("a huge input range keeps the float model's outputs" * doctest::should
         prepared_model prepared = prepare(model, whole_model(spec));
         calibrate(prepared, {images}, {false});
         const lowered_model lowered = lower(convert(prepared), {images.slice(0, 0, 2), 1});
-        const engine_scope scope(lowered.engine);
+        const engine_scope scope(lowered.plan.engine);
         const ::torch::NoGradGuard no_grad;
         ::torch::jit::Module module = lowered.module;
         const at::Tensor output = module.forward({images.slice(0, 0, 2)}).toTensor();
@@ -147,7 +147,7 @@ TEST_CASE("a huge input range keeps the float model's outputs" * doctest::should
 TEST_CASE("quantize() with one single-element batch reports finite figures") {
     quantize_data data;
     data.calibration = {smooth_images(1, 4)};
-    const quantization_result result = quantize(small_cnn_mlp(1), whole_model("xnnpack"), data, {1, 1, false, false});
+    const quantization_result result = quantize(small_cnn_mlp(1), whole_model("xnnpack"), data, {.per_layer = false, .progress = false});
     CHECK(std::isfinite(result.report.max_abs_diff));
     CHECK(result.report.quantized_ops == 4);
 }
@@ -204,9 +204,9 @@ TEST_CASE("a data file whose tensors have no batch dimension gets a typed error"
     const at::Tensor test = at::randn({2, 1, 28, 28});
     for (const auto& [name, file] : std::vector<std::pair<const char*, data_file>>{
              // at::tensor(1) has shape [1]; at::scalar_tensor is the 0-d tensor meant here
-             {"scalar labels", {std::nullopt, test, at::scalar_tensor(1, at::kLong), std::nullopt, std::nullopt}},
+             {"scalar labels", {.evaluation = {test}, .evaluation_labels = at::scalar_tensor(1, at::kLong)}},
              {"scalar test and labels",
-              {std::nullopt, at::scalar_tensor(1.0), at::scalar_tensor(1, at::kLong), std::nullopt, std::nullopt}},
+              {.evaluation = {at::scalar_tensor(1.0)}, .evaluation_labels = at::scalar_tensor(1, at::kLong)}},
          }) {
         CAPTURE(name);
         save_data_file(file, path);

@@ -60,17 +60,17 @@ TEST_CASE("a saved model reloads with identical outputs, through versatil and th
         save(model, file);
         at::Tensor expected;
         {
-            const engine_scope scope(model.engine);
+            const engine_scope scope(model.plan.engine);
             expected = run(model.module, input);
         }
         const loaded_model loaded = load_quantized(file);
-        CHECK(engine_name(loaded.engine) == engine_name(model.engine));
+        CHECK(engine_name(loaded.engine) == engine_name(model.plan.engine));
         {
             const engine_scope scope(loaded.engine);
             CHECK(at::equal(run(loaded.module, input), expected));
         }
         // No versatil code: the engine the metadata names, then torch::jit::load.
-        at::globalContext().setQEngine(model.engine);
+        at::globalContext().setQEngine(model.plan.engine);
         const ::torch::jit::Module plain = ::torch::jit::load(file.string());
         CHECK(at::equal(run(plain, input), expected));
         at::globalContext().setQEngine(at::QEngine::ONEDNN);
@@ -85,10 +85,10 @@ TEST_CASE("Python's torch.jit.load runs a saved model with identical outputs") {
     const at::Tensor input = versatil::testing::smooth_images(4, 3);
     at::Tensor expected;
     {
-        const engine_scope scope(model.engine);
+        const engine_scope scope(model.plan.engine);
         expected = run(model.module, input);
     }
-    save_data_file({input, expected, std::nullopt, std::nullopt, std::nullopt}, scratch.path / "io.pt");
+    save_data_file({.calibration = {input}, .evaluation = {expected}}, scratch.path / "io.pt");
     const std::string script =
         "import json, sys, torch\n"
         "d = sys.argv[1]\n"
@@ -195,7 +195,7 @@ TEST_CASE("lying, damaged and crashing model or data files are rejected and the 
 
     // A data file whose [3, 7] tensor claims 99 rows: 2 KB of reach over an 84-byte storage.
     const fs::path data_path = scratch.path / "data.pt";
-    save_data_file({at::zeros({3, 7}), std::nullopt, std::nullopt, std::nullopt, std::nullopt}, data_path);
+    save_data_file({.calibration = {at::zeros({3, 7})}}, data_path);
     std::string rows = bytes_of(data_path);
     const std::size_t sizes = rows.find("(K\x03K\x07t");  // MARK 3 7 TUPLE
     REQUIRE(sizes != std::string::npos);
@@ -259,21 +259,21 @@ TEST_CASE("data files round-trip and bad ones are rejected") {
     const scratch_directory scratch;
     const at::Tensor calib = at::randn({6, 1, 28, 28}), test = at::randn({4, 1, 28, 28});
     const at::Tensor labels = at::tensor({0, 1, 2, 3}, at::kLong);
-    save_data_file({calib, test, labels, std::nullopt, std::nullopt}, scratch.path / "data.pt");
+    save_data_file({{calib}, {test}, labels}, scratch.path / "data.pt");
     const data_file data = load_data_file(scratch.path / "data.pt");
-    CHECK(at::equal(*data.calib, calib));
-    CHECK(at::equal(*data.test, test));
-    CHECK(at::equal(*data.test_labels, labels));
+    CHECK(at::equal(data.calibration.at(0), calib));
+    CHECK(at::equal(data.evaluation.at(0), test));
+    CHECK(at::equal(*data.evaluation_labels, labels));
     CHECK_FALSE(data.train_inputs.has_value());
 
     std::ofstream(scratch.path / "bad.pt") << "not a data file";
     CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "bad.pt"), doctest::Contains("not a readable TorchScript archive"),
                          error);
-    save_data_file({calib, test, at::tensor({0, 1}, at::kLong), std::nullopt, std::nullopt},
+    save_data_file({{calib}, {test}, at::tensor({0, 1}, at::kLong)},
                    scratch.path / "short_labels.pt");
     CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "short_labels.pt"), doctest::Contains("'test_labels' has 2 rows"),
                          error);
-    save_data_file({calib, test, at::tensor({0.F, 1.F, 2.F, 3.F}), std::nullopt, std::nullopt},
+    save_data_file({{calib}, {test}, at::tensor({0.F, 1.F, 2.F, 3.F})},
                    scratch.path / "float_labels.pt");
     CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "float_labels.pt"), doctest::Contains("int64"), error);
 }

@@ -54,20 +54,8 @@ inputs embedded_default() {
 }
 
 inputs from_files(const std::string& model_path, const std::optional<std::string>& data_path) {
-    inputs loaded{load_model(model_path), {}};
-    if (!data_path) return loaded;
-    const data_file file = load_data_file(*data_path);
-    const std::vector<at::Tensor> calibration = file.calibration();
-    if (!calibration.empty() && calibration.front().size(0) == 0)
-        throw error(error_kind::invalid_calibration_data,
-                    "data file '" + *data_path + "': 'calib' (" + describe_shape(calibration.front()) +
-                        ") holds no sample; give calibration samples batched along dim 0");
-    loaded.data.calibration = split_batches(calibration, calibration_batch_rows);
-    loaded.data.evaluation = split_batches(file.evaluation(), calibration_batch_rows);
-    loaded.data.evaluation_labels = file.test_labels;
-    loaded.data.train_inputs = file.train_inputs;
-    loaded.data.train_labels = file.train_labels;
-    return loaded;
+    return {load_model(model_path), data_path ? batches_of(load_data_file(*data_path), calibration_batch_rows)
+                                              : quantize_data{}};
 }
 
 // --version: this versatil, the LibTorch it was built with, and the quantized engines that
@@ -103,8 +91,8 @@ int main(int argc, char** argv) {
             ->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
     app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one extra quantization per layer)");
-    app.add_option("--steps", qat.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
-    app.add_option("--lr", qat.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
+    app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
+    app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
                    "QAT: stop moving quantization ranges after this many steps (default: never)");
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
@@ -127,7 +115,7 @@ int main(int argc, char** argv) {
             throw error(error_kind::no_calibration_data,
                         "no data: give --data with a 'calib' tensor (and 'test' to measure on held-out samples)");
 
-        if (quantizer->is_qat()) qat.batch_size = batch_option->count() > 0 ? batch : 64;
+        if (quantizer->is_qat()) qat.training.batch_size = batch_option->count() > 0 ? batch : 64;
         if (quantizer->is_qat() && !model_path) {
             // The embedded default trains on its own synthetic task: labels from a fixed random
             // linear map of the inputs, which the float model can learn.
@@ -138,7 +126,8 @@ int main(int argc, char** argv) {
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
         const quantization_result result =
-            quantize(in.model, *quantizer, in.data, {batch, threads, per_layer, true, qat});
+            quantize(in.model, *quantizer, in.data,
+                     {.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat});
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);
@@ -160,7 +149,7 @@ int main(int argc, char** argv) {
         return bad_input ? 2 : 1;
     } catch (const std::exception& failure) {
         // Not a failure this layer foresaw: one line, the rest (LibTorch's backtrace) with --verbose.
-        const std::string message = verbose ? failure.what() : first_line(without_backtrace(failure));
+        const std::string message = verbose ? failure.what() : one_line(failure);
         std::fprintf(stderr, "versatil-quantize: internal error: %s%s\n", message.c_str(),
                      verbose ? "" : " (--verbose shows LibTorch's full message)");
         return 1;

@@ -19,6 +19,8 @@ enum class error_kind {
     unsupported_device,        // the model lives on a device the backends do not support
     unsupported_composition,   // targets this layer cannot lower together
     no_calibration_data,       // a static target and no batch
+    no_training_data,          // a QAT target and no training samples or labels
+    no_evaluation_data,        // nothing to measure the quantized model on
     invalid_calibration_data,  // an empty batch, NaN or Inf, a wrong shape or dtype
     invalid_model_file,        // missing, truncated or corrupt TorchScript file
     invalid_data_file,         // a data file without the expected tensors
@@ -35,6 +37,8 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
         case error_kind::unsupported_device: return "unsupported_device";
         case error_kind::unsupported_composition: return "unsupported_composition";
         case error_kind::no_calibration_data: return "no_calibration_data";
+        case error_kind::no_training_data: return "no_training_data";
+        case error_kind::no_evaluation_data: return "no_evaluation_data";
         case error_kind::invalid_calibration_data: return "invalid_calibration_data";
         case error_kind::invalid_model_file: return "invalid_model_file";
         case error_kind::invalid_data_file: return "invalid_data_file";
@@ -45,6 +49,17 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
     }
     return "unknown";
 }
+
+class error : public std::runtime_error {
+public:
+    error(error_kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+    error_kind kind() const noexcept { return kind_; }
+
+private:
+    error_kind kind_;
+};
+
+namespace detail {
 
 // The line of a LibTorch error that says what went wrong, without the C++ or TorchScript
 // backtrace around it: the first line that says something (TorchScript's start blank), with
@@ -74,13 +89,12 @@ inline std::string without_backtrace(const std::exception& failure) {
     return failure.what();
 }
 
-class error : public std::runtime_error {
-public:
-    error(error_kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
-    error_kind kind() const noexcept { return kind_; }
+}  // namespace detail
 
-private:
-    error_kind kind_;
-};
+// The one line of an exception from LibTorch that says what went wrong (detail::first_line of
+// its message without the backtrace): what every error of this layer quotes.
+inline std::string one_line(const std::exception& failure) {
+    return detail::first_line(detail::without_backtrace(failure));
+}
 
 }  // namespace versatil::libtorch

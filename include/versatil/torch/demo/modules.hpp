@@ -6,8 +6,8 @@
 // FoldConvBatchNorm folds only `__torch__.torch.nn.modules.conv.Conv2d` followed by
 // `__torch__.torch.nn.modules.batchnorm.BatchNorm2d`, and conv+relu fusion needs
 // `__torch__.torch.nn.modules.activation.ReLU`. With other names nothing fails, but quality drops
-// without warning (see the spike notes). So every block here has the torch.nn qualified class name
-// and the attribute names of PyTorch's scripted module. A model saved from C++ then loads in
+// without warning (batch norm stays unfolded, ReLU runs on its own). So every block here has the
+// torch.nn qualified class name and the attribute names of PyTorch's scripted module. A model saved from C++ then loads in
 // Python's `torch.jit.load` like a scripted nn model.
 //
 // Conventions, all taken from PyTorch:
@@ -416,15 +416,6 @@ def forward(self, x: Tensor) -> Tensor:
                                 {"linear2", linear(feedforward, dim, detail::mix_seed(seed, 2))},
                                 {"norm2", layer_norm(dim)}},
                                {}, source);
-}
-
-// Every submodule path of `model`, dotted ("features.0", "classifier.fc1"), depth first in
-// registration order; the model itself ("") is not listed.
-inline std::vector<std::string> module_paths(const ::torch::jit::Module& model) {
-    std::vector<std::string> paths;
-    for (const auto& entry : model.named_modules())
-        if (!entry.name.empty()) paths.push_back(entry.name);
-    return paths;
 }
 
 }  // namespace versatil::libtorch

@@ -17,21 +17,18 @@
 #include "versatil/torch/error.hpp"
 #include "versatil/torch/files/file_check.hpp"
 #include "versatil/torch/files/save.hpp"
+#include "versatil/torch/pipeline/calibrate.hpp"
+#include "versatil/torch/pipeline/quantize.hpp"
 
 namespace versatil::libtorch {
 
+// A data file's contents under the library's names (the file's own tensor names in quotes).
 struct data_file {
-    std::optional<at::Tensor> calib;
-    std::optional<at::Tensor> test;
-    std::optional<at::Tensor> test_labels;
-    std::optional<at::Tensor> train_inputs;  // QAT: training samples
-    std::optional<at::Tensor> train_labels;  // QAT: their int64 labels
-    std::vector<at::Tensor> calib_inputs{};  // calib_0, calib_1, ...: a multi-input model's calibration samples
-    std::vector<at::Tensor> test_inputs{};   // test_0, test_1, ...
-
-    // One tensor per forward argument (empty when the file has none).
-    std::vector<at::Tensor> calibration() const { return calib ? std::vector<at::Tensor>{*calib} : calib_inputs; }
-    std::vector<at::Tensor> evaluation() const { return test ? std::vector<at::Tensor>{*test} : test_inputs; }
+    std::vector<at::Tensor> calibration{};          // 'calib', or 'calib_0', 'calib_1', ...: one per forward argument
+    std::vector<at::Tensor> evaluation{};           // 'test', or 'test_0', 'test_1', ...
+    std::optional<at::Tensor> evaluation_labels{};  // 'test_labels': int64 class labels of the evaluation samples
+    std::optional<at::Tensor> train_inputs{};       // 'train_inputs': QAT training samples
+    std::optional<at::Tensor> train_labels{};       // 'train_labels': their int64 labels
 };
 
 namespace detail {
@@ -42,76 +39,79 @@ inline std::optional<at::Tensor> tensor_attribute(const ::torch::jit::Module& mo
     if (!value.isTensor())
         throw error(error_kind::invalid_data_file,
                     "data file '" + path.string() + "': attribute '" + name + "' is not a tensor");
+    // Everything is batched along dim 0: a scalar would make size(0) throw LibTorch's IndexError.
+    if (value.toTensor().dim() == 0)
+        throw error(error_kind::invalid_data_file, "data file '" + path.string() + "': '" + name +
+                                                       "' is a scalar; store samples batched along dim 0");
     return value.toTensor();
 }
 
-// `stem`_0, `stem`_1, ... up to the first missing index.
-inline std::vector<at::Tensor> numbered_tensors(const ::torch::jit::Module& module, const std::string& stem,
-                                                const std::filesystem::path& path) {
-    std::vector<at::Tensor> tensors;
-    while (auto tensor = tensor_attribute(module, stem + "_" + std::to_string(tensors.size()), path))
-        tensors.push_back(*tensor);
-    if (!tensors.empty() && module.hasattr(stem))
+// The inputs stored as `stem` (one) or `stem`_0, `stem`_1, ... (one per forward argument, up
+// to the first missing index), each with one row per sample.
+inline std::vector<at::Tensor> inputs_named(const ::torch::jit::Module& module, const std::string& stem,
+                                            const std::filesystem::path& path) {
+    std::vector<at::Tensor> inputs;
+    while (auto tensor = tensor_attribute(module, stem + "_" + std::to_string(inputs.size()), path))
+        inputs.push_back(*tensor);
+    if (!inputs.empty() && module.hasattr(stem))
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "' has both '" + stem + "' and '" +
                                                        stem + "_0'; use one (" + stem + "_N for models with several inputs)");
-    return tensors;
+    for (std::size_t i = 1; i < inputs.size(); ++i)
+        if (inputs[i].size(0) != inputs[0].size(0))
+            throw error(error_kind::invalid_data_file,
+                        "data file '" + path.string() + "': '" + stem + "_" + std::to_string(i) + "' has " +
+                            std::to_string(inputs[i].size(0)) + " rows, '" + stem + "_0' " +
+                            std::to_string(inputs[0].size(0)) + "; every input needs one row per sample");
+    if (inputs.empty())
+        if (auto single = tensor_attribute(module, stem, path)) inputs.push_back(*single);
+    return inputs;
 }
 }  // namespace detail
 
 inline data_file load_data_file(const std::filesystem::path& path,
                                 compile_source where = compile_source::in_child_process) {
     const ::torch::jit::Module module = load_checked(path, error_kind::invalid_data_file, "data file", where);
-    data_file data{detail::tensor_attribute(module, "calib", path), detail::tensor_attribute(module, "test", path),
+    data_file data{detail::inputs_named(module, "calib", path), detail::inputs_named(module, "test", path),
                    detail::tensor_attribute(module, "test_labels", path),
                    detail::tensor_attribute(module, "train_inputs", path),
-                   detail::tensor_attribute(module, "train_labels", path),
-                   detail::numbered_tensors(module, "calib", path),
-                   detail::numbered_tensors(module, "test", path)};
-    // Everything is batched along dim 0: a scalar tensor would make size(0) below throw
-    // LibTorch's IndexError instead of this layer's error.
-    for (const auto& [name, tensor] : {std::pair{"calib", &data.calib}, std::pair{"test", &data.test},
-                                       std::pair{"test_labels", &data.test_labels},
-                                       std::pair{"train_inputs", &data.train_inputs},
-                                       std::pair{"train_labels", &data.train_labels}})
-        if (*tensor && (*tensor)->dim() == 0)
-            throw error(error_kind::invalid_data_file, "data file '" + path.string() + "': '" + name +
-                                                           "' is a scalar; store samples batched along dim 0");
-    for (const auto& [stem, inputs] : {std::pair{"calib", data.calib_inputs}, std::pair{"test", data.test_inputs}})
-        for (std::size_t i = 0; i < inputs.size(); ++i)
-            if (inputs[i].dim() == 0 || inputs[i].size(0) != inputs[0].size(0))
-                throw error(error_kind::invalid_data_file,
-                            "data file '" + path.string() + "': '" + stem + "_" + std::to_string(i) + "' has " +
-                                (inputs[i].dim() == 0 ? std::string("no batch dimension")
-                                                      : std::to_string(inputs[i].size(0)) + " rows") +
-                                ", '" + stem + "_0' " + std::to_string(inputs[0].size(0)) +
-                                "; every input needs one row per sample");
-    const std::vector<at::Tensor> test = data.evaluation();
-    if (data.test_labels && test.empty())
+                   detail::tensor_attribute(module, "train_labels", path)};
+    if (data.evaluation_labels && data.evaluation.empty())
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "' has 'test_labels' but no 'test'");
-    if (data.test_labels && !test.empty() && data.test_labels->size(0) != test.front().size(0))
+    if (data.evaluation_labels && data.evaluation_labels->size(0) != data.evaluation.front().size(0))
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "': 'test_labels' has " +
-                                                       std::to_string(data.test_labels->size(0)) + " rows, 'test' " +
-                                                       std::to_string(test.front().size(0)));
-    for (const auto* labels : {&data.test_labels, &data.train_labels})
+                                                       std::to_string(data.evaluation_labels->size(0)) + " rows, 'test' " +
+                                                       std::to_string(data.evaluation.front().size(0)));
+    for (const auto* labels : {&data.evaluation_labels, &data.train_labels})
         if (*labels && (*labels)->scalar_type() != at::kLong)
             throw error(error_kind::invalid_data_file,
                         "data file '" + path.string() + "': labels must be int64 class indices");
+    if (!data.calibration.empty() && data.calibration.front().size(0) == 0)
+        throw error(error_kind::invalid_calibration_data,
+                    "data file '" + path.string() + "': 'calib' (" + detail::describe_shape(data.calibration.front()) +
+                        ") holds no sample; give calibration samples batched along dim 0");
     return data;
+}
+
+// The batches quantize() takes from a data file, at most `rows` samples each.
+inline quantize_data batches_of(const data_file& file, std::int64_t rows) {
+    return {split_batches(file.calibration, rows), split_batches(file.evaluation, rows), file.evaluation_labels,
+            file.train_inputs, file.train_labels};
 }
 
 // Writes tensors as a data file (a module with one buffer per tensor), whole or not at all.
 inline void save_data_file(const data_file& data, const std::filesystem::path& path) {
     ::torch::jit::Module module(c10::QualifiedName("__torch__.versatil.DataFile"));
-    const auto add = [&module](const char* name, const std::optional<at::Tensor>& tensor) {
+    const auto add = [&module](const std::string& name, const std::optional<at::Tensor>& tensor) {
         if (tensor) module.register_buffer(name, *tensor);
     };
-    add("calib", data.calib);
-    add("test", data.test);
-    add("test_labels", data.test_labels);
+    const auto add_inputs = [&add](const std::string& stem, const std::vector<at::Tensor>& inputs) {
+        for (std::size_t i = 0; i < inputs.size(); ++i) add(inputs.size() == 1 ? stem : stem + "_" + std::to_string(i), inputs[i]);
+    };
+    add_inputs("calib", data.calibration);
+    add_inputs("test", data.evaluation);
+    add("test_labels", data.evaluation_labels);
     add("train_inputs", data.train_inputs);
     add("train_labels", data.train_labels);
-    for (std::size_t i = 0; i < data.calib_inputs.size(); ++i) add(("calib_" + std::to_string(i)).c_str(), data.calib_inputs[i]);
-    for (std::size_t i = 0; i < data.test_inputs.size(); ++i) add(("test_" + std::to_string(i)).c_str(), data.test_inputs[i]);
     module.define("def forward(self):\n    return None\n");
     save_module(module, path, {});
 }

@@ -103,7 +103,7 @@ inline void check_archive(const std::filesystem::path& path, error_kind kind, st
     } catch (const error&) {
         throw;
     } catch (const std::exception& failure) {
-        fail(first_line(failure.what()));
+        fail(one_line(failure));
     }
 }
 
@@ -271,7 +271,7 @@ inline std::pair<int, std::string> resave(const std::filesystem::path& path, con
     } catch (const std::bad_alloc&) {
         return {child_hit_machine_fault, "the process reading it ran out of memory"};
     } catch (const std::exception& load_failure) {
-        return {child_found_file_problem, "LibTorch cannot read it: " + first_line(load_failure.what())};
+        return {child_found_file_problem, "LibTorch cannot read it: " + one_line(load_failure)};
     } catch (...) {
         return {child_found_file_problem, "LibTorch cannot read it"};
     }
@@ -361,7 +361,7 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
         throw;
     } catch (const std::exception& failure) {
         throw error(kind, std::string(what) + " '" + path.string() +
-                              "' is not a valid TorchScript file (truncated or corrupt?): " + first_line(failure.what()));
+                              "' is not a valid TorchScript file (truncated or corrupt?): " + one_line(failure));
     }
 }
 }  // namespace detail

@@ -30,12 +30,12 @@ inline constexpr const char* metadata_file = "versatil.json";
 
 inline nlohmann::json metadata_of(const lowered_model& model) {
     nlohmann::json targets = nlohmann::json::array();
-    for (const target_info& target : model.quantizer.target_infos()) targets.push_back(to_json(target));
+    for (const target_info& target : model.plan.quantizer.target_infos()) targets.push_back(to_json(target));
     nlohmann::json adjustments = nlohmann::json::array();
     for (const adjustment& a : model.adjustments) adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
     nlohmann::json backends = nlohmann::json::array();
-    for (std::string_view name : model.quantizer.backend_names()) backends.push_back(name);
-    return {{"versatil_version", versatil::version}, {"engine", engine_name(model.engine)},
+    for (std::string_view name : model.plan.quantizer.backend_names()) backends.push_back(name);
+    return {{"versatil_version", versatil::version}, {"engine", engine_name(model.plan.engine)},
             {"backends", backends},                  {"targets", targets},
             {"adjustments", adjustments}};
 }
@@ -72,7 +72,7 @@ inline void write_module(output_file& output, const ::torch::jit::Module& module
             extra_files);
     } catch (const std::exception& failure) {
         throw error(error_kind::io_error,
-                    "cannot write '" + output.destination().string() + "': " + first_line(failure.what()));
+                    "cannot write '" + output.destination().string() + "': " + one_line(failure));
     }
 }
 
@@ -113,7 +113,7 @@ inline nlohmann::json read_checked_metadata(const std::filesystem::path& path) {
         throw;
     } catch (const std::exception& failure) {
         throw error(error_kind::invalid_model_file,
-                    "'" + path.string() + "' is not a readable TorchScript archive: " + first_line(failure.what()));
+                    "'" + path.string() + "' is not a readable TorchScript archive: " + one_line(failure));
     }
 }
 }  // namespace detail

@@ -15,6 +15,8 @@
 
 namespace versatil::libtorch {
 
+namespace detail {
+
 inline std::string describe_shape(const at::Tensor& tensor) {
     std::string text = "[";
     for (std::int64_t i = 0; i < tensor.dim(); ++i) text += (i ? ", " : "") + std::to_string(tensor.size(i));
@@ -46,6 +48,8 @@ inline void check_batch(const batch& inputs, std::size_t index, const char* what
     }
 }
 
+}  // namespace detail
+
 struct calibration_options {
     bool progress = true;  // drawn only on a terminal
 };
@@ -53,20 +57,20 @@ struct calibration_options {
 inline void calibrate(prepared_model& prepared, const std::vector<batch>& batches,
                       const calibration_options& options = {}) {
     if (batches.empty()) {
-        if (prepared.quantizer.needs_calibration())
+        if (prepared.plan.quantizer.needs_calibration())
             throw error(error_kind::no_calibration_data,
                         "static quantization needs calibration batches to learn activation ranges; give some "
                         "(the data file's 'calib' tensor) or use a dynamic backend option");
         return;
     }
-    for (std::size_t i = 0; i < batches.size(); ++i) check_batch(batches[i], i);
+    for (std::size_t i = 0; i < batches.size(); ++i) detail::check_batch(batches[i], i);
     const ::torch::NoGradGuard no_grad;
     progress_bar bar("calibrating", static_cast<std::int64_t>(batches.size()), options.progress);
     for (std::size_t i = 0; i < batches.size(); ++i) {
         const auto does_not_fit = [&](const std::exception& failure) {
             return error(error_kind::invalid_calibration_data,
-                         "calibration batch " + std::to_string(i) + " (" + describe_shape(batches[i]) +
-                             ") does not fit the model: " + first_line(without_backtrace(failure)));
+                         "calibration batch " + std::to_string(i) + " (" + detail::describe_shape(batches[i]) +
+                             ") does not fit the model: " + one_line(failure));
         };
         try {
             prepared.module.forward(batches[i].arguments());

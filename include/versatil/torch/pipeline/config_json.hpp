@@ -8,6 +8,7 @@
 
 #include "versatil/core/backend_descriptor.hpp"
 #include "versatil/core/composition_error.hpp"
+#include "versatil/torch/pipeline/target_spec.hpp"
 
 namespace versatil::libtorch {
 
@@ -36,9 +37,9 @@ inline nlohmann::json to_json(const quantization_config& config) {
             {"is_qat", config.is_qat}};
 }
 
-// A target as "path", "backend" ("none" for an exclude), "options" and "config".
+// A target as "path", "backend" (exclude_spec for an exclude), "options" and "config".
 inline nlohmann::json to_json(const target_info& target) {
-    nlohmann::json json{{"path", target.path}, {"backend", target.is_exclude() ? "none" : target.backend->name}};
+    nlohmann::json json{{"path", target.path}, {"backend", backend_shown(target)}};
     if (!target.is_exclude()) {
         json["options"] = target.backend->options;
         json["spec"] = backend_label(target.backend);

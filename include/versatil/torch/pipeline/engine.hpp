@@ -20,20 +20,10 @@
 #include <xmmintrin.h>
 #endif
 
-#include "versatil/core/backend_descriptor.hpp"
 #include "versatil/torch/error.hpp"
 #include "versatil/torch/pipeline/process_state_lock.hpp"
 
 namespace versatil::libtorch {
-
-// The engine each backend lowers to on this LibTorch: x86_inductor to oneDNN (uint8
-// activations), xnnpack to QNNPACK, whose int8-activation path runs XNNPACK kernels.
-inline at::QEngine engine_for(std::string_view backend_name) {
-    if (backend_name == "x86_inductor") return at::QEngine::ONEDNN;
-    if (backend_name == "xnnpack") return at::QEngine::QNNPACK;
-    throw error(error_kind::unsupported_composition,
-                "backend '" + std::string(backend_name) + "' has no lowering in the LibTorch layer");
-}
 
 inline std::string engine_name(at::QEngine engine) {
     switch (engine) {
@@ -63,6 +53,23 @@ inline std::optional<bool> flush_denormal_state() {
 #endif
 }
 
+// Sets the intra-op thread count for a scope and puts the previous one back; `threads` <= 0
+// leaves it alone.
+class scoped_num_threads {
+public:
+    explicit scoped_num_threads(int threads) : previous_(at::get_num_threads()) {
+        if (threads > 0 && threads != previous_) at::set_num_threads(threads);
+    }
+    ~scoped_num_threads() {
+        if (at::get_num_threads() != previous_) at::set_num_threads(previous_);
+    }
+    scoped_num_threads(const scoped_num_threads&) = delete;
+    scoped_num_threads& operator=(const scoped_num_threads&) = delete;
+
+private:
+    int previous_;
+};
+
 struct engine_settings {
     at::QEngine engine = at::QEngine::ONEDNN;
     std::optional<int> threads;          // intra-op threads; unchanged when empty
@@ -74,14 +81,13 @@ public:
     explicit engine_scope(const engine_settings& settings)
         : serialized_(detail::libtorch_state_mutex()),
           previous_engine_(at::globalContext().qEngine()),
-          previous_threads_(at::get_num_threads()),
+          threads_(settings.threads.value_or(0)),
           previous_flush_(flush_denormal_state()) {
         const auto& supported = at::globalContext().supportedQEngines();
         if (std::find(supported.begin(), supported.end(), settings.engine) == supported.end())
             throw error(error_kind::unsupported_composition,
                         "quantized engine '" + engine_name(settings.engine) + "' is not built into this LibTorch");
         at::globalContext().setQEngine(settings.engine);
-        if (settings.threads) at::set_num_threads(*settings.threads);
         if (settings.flush_denormal) at::globalContext().setFlushDenormal(*settings.flush_denormal);
     }
 
@@ -92,7 +98,6 @@ public:
 
     ~engine_scope() {
         at::globalContext().setQEngine(previous_engine_);
-        if (at::get_num_threads() != previous_threads_) at::set_num_threads(previous_threads_);
         if (previous_flush_ && flush_denormal_state() != previous_flush_)
             at::globalContext().setFlushDenormal(*previous_flush_);
     }
@@ -100,7 +105,7 @@ public:
 private:
     std::unique_lock<std::recursive_mutex> serialized_;  // first: taken before, released after the state
     at::QEngine previous_engine_;
-    int previous_threads_;
+    scoped_num_threads threads_;
     std::optional<bool> previous_flush_;
 };
 

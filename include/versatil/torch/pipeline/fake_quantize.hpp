@@ -41,34 +41,19 @@ def forward(self, x: Tensor) -> Tensor:
                                                   self.quant_min, self.quant_max)
 )JIT";
 
-// The moving-average statistics of the observers, renamed from forward to _observe.
-inline std::string observe_source(observer_kind kind) {
-    std::string source(observer_detail::statistics_source(kind));
-    const std::string forward = "def forward(self, x_orig: Tensor) -> Tensor:";
-    source.replace(source.find(forward), forward.size(), "def _observe(self, x_orig: Tensor) -> Tensor:");
-    return source + std::string(observer_detail::range_source(kind));
-}
-
 inline ::torch::jit::Module compile_prototype(observer_kind kind) {
     const bool per_channel = is_per_channel(kind);
-    ::torch::jit::Module module{c10::QualifiedName(std::string("__torch__.versatil.fake_quantize.") +
-                                                   (per_channel ? "PerChannelFakeQuantize" : "FakeQuantize"))};
-    module.register_attribute("dtype", c10::IntType::get(), std::int64_t{0});
-    module.register_attribute("qscheme", c10::IntType::get(), std::int64_t{0});
-    module.register_attribute("ch_axis", c10::IntType::get(), std::int64_t{-1});
-    module.register_attribute("quant_min", c10::IntType::get(), std::int64_t{0});
-    module.register_attribute("quant_max", c10::IntType::get(), std::int64_t{255});
-    module.register_attribute("eps", c10::FloatType::get(), double{default_eps});
-    module.register_attribute("symmetric", c10::BoolType::get(), false);
-    module.register_attribute("unsigned_dtype", c10::BoolType::get(), true);
-    module.register_attribute("averaging_constant", c10::FloatType::get(), double{default_averaging_constant});
+    ::torch::jit::Module module = observer_detail::module_with_spec_attributes(
+        std::string("__torch__.versatil.fake_quantize.") + (per_channel ? "PerChannelFakeQuantize" : "FakeQuantize"),
+        kind);
     module.register_attribute("training", c10::BoolType::get(), false);
     module.register_attribute("observer_enabled", c10::BoolType::get(), true);
     module.register_attribute("fake_quant_enabled", c10::BoolType::get(), true);
     module.register_buffer("min_val", ::torch::zeros({0}));
     module.register_buffer("max_val", ::torch::zeros({0}));
     module.define(std::string(observer_detail::qparams_source) + std::string(observer_detail::unobserved_source) +
-                  observe_source(kind) + std::string(forward_source));
+                  observer_detail::statistics_source(kind, "_observe") + std::string(observer_detail::range_source(kind)) +
+                  std::string(forward_source));
     return module;
 }
 

@@ -10,7 +10,6 @@
 #include <torch/csrc/jit/passes/quantization/fusion_passes.h>
 #include <torch/script.h>
 
-#include <chrono>
 #include <optional>
 
 #include "versatil/torch/pipeline/calibrate.hpp"
@@ -19,14 +18,6 @@
 #include "versatil/torch/pipeline/graph_walk.hpp"
 
 namespace versatil::libtorch {
-
-struct lowered_model {
-    ::torch::jit::Module module;  // frozen; run it with engine_scope(engine) active
-    runtime_quantizer quantizer;
-    at::QEngine engine;
-    std::vector<adjustment> adjustments;
-    double seconds = 0.0;
-};
 
 namespace detail {
 
@@ -63,20 +54,19 @@ struct lowering_options {
 };
 
 inline lowered_model lower(const converted_model& converted, const lowering_options& options = {}) {
-    const auto start = std::chrono::steady_clock::now();
-    const auto environment = converted.quantizer.environment_context();
-    const engine_scope engine(engine_settings{converted.engine, options.threads, std::nullopt});
+    const quantization_plan& plan = converted.plan;
+    const auto environment = plan.quantizer.environment_context();
+    const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
     ::torch::jit::Module module = converted.module.clone();
     ::torch::jit::Module lowered;
     try {
-        lowered = ::torch::jit::Finalize(module, converted.quant_type);
+        lowered = ::torch::jit::Finalize(module, plan.quant_type);
         auto graph = lowered.get_method("forward").graph();
         ::torch::jit::FuseQuantizedAddRelu(graph);
         detail::dequantize_tuples_item_by_item(graph);
     } catch (const std::exception& failure) {
-        throw error(error_kind::lowering_failed, "LibTorch cannot lower the model to the " +
-                                                     engine_name(converted.engine) +
-                                                     " engine: " + first_line(without_backtrace(failure)));
+        throw error(error_kind::lowering_failed,
+                    "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
     }
     if (options.sample) {
         // On a deep copy (fresh packed weights): oneDNN's quantized conv keeps the primitive
@@ -86,13 +76,11 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
         try {
             lowered.deepcopy().forward(options.sample->arguments());
         } catch (const std::exception& failure) {
-            throw error(error_kind::lowering_failed, "the " + engine_name(converted.engine) +
-                                                         " engine cannot run the lowered model: " +
-                                                         first_line(without_backtrace(failure)));
+            throw error(error_kind::lowering_failed,
+                        "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
         }
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return {lowered, converted.quantizer, converted.engine, converted.adjustments, seconds};
+    return {lowered, plan, converted.adjustments};
 }
 
 }  // namespace versatil::libtorch

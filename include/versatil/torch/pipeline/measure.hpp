@@ -141,6 +141,7 @@ inline bool is_quantizable_op(std::string_view kind) {
 // Dynamic quantization in this LibTorch quantizes linear layers only.
 inline auto quantizable_op_test(bool dynamic) { return dynamic ? is_linear_op : is_quantizable_op; }
 
+namespace detail {
 // Nodes of `kinds` in a module's forward at any depth, with every submodule and function
 // call inlined: every call site counts, in `if` and loop bodies too.
 inline std::int64_t count_nodes(const ::torch::jit::Module& model, bool (*matches)(std::string_view kind)) {
@@ -150,7 +151,6 @@ inline std::int64_t count_nodes(const ::torch::jit::Module& model, bool (*matche
         nodes_where(graph, [&](const ::torch::jit::Node* node) { return matches(node->kind().toQualString()); }).size());
 }
 
-namespace detail {
 inline thread_local std::map<std::string, std::int64_t>* executed_op_counts = nullptr;
 
 inline std::unique_ptr<at::ObserverContext> count_executed_op(const at::RecordFunction& call) {

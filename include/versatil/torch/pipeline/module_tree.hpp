@@ -51,10 +51,12 @@ inline ::torch::jit::Module find_submodule(const ::torch::jit::Module& model, st
     return current;
 }
 
-// Every submodule's dotted path, parents before children, "" (the model) first.
-inline std::vector<std::string> submodule_paths(const ::torch::jit::Module& model) {
+// Every submodule's dotted path ("features.0", "classifier.fc1"), parents before children in
+// registration order; the model itself ("") is not listed.
+inline std::vector<std::string> module_paths(const ::torch::jit::Module& model) {
     std::vector<std::string> paths;
-    for (const auto& item : model.named_modules()) paths.push_back(item.name);
+    for (const auto& item : model.named_modules())
+        if (!item.name.empty()) paths.push_back(item.name);
     return paths;
 }
 

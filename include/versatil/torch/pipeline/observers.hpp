@@ -78,7 +78,6 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 )JIT";
 
 inline constexpr std::string_view min_max_source = R"JIT(
-def forward(self, x_orig: Tensor) -> Tensor:
     if x_orig.numel() == 0:
         return x_orig
     x = x_orig.detach().float()
@@ -92,7 +91,6 @@ def forward(self, x_orig: Tensor) -> Tensor:
 // As MovingAverageMinMaxObserver: the first batch sets the range, later ones move it by
 // averaging_constant (computed in float32, like PyTorch's tensor arithmetic).
 inline constexpr std::string_view moving_average_source = R"JIT(
-def forward(self, x_orig: Tensor) -> Tensor:
     if x_orig.numel() == 0:
         return x_orig
     x = x_orig.detach().float()
@@ -123,7 +121,6 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 // Per channel: move ch_axis to the front and flatten the rest (PyTorch permutes 0 and
 // ch_axis, which is this transpose).
 inline constexpr std::string_view per_channel_min_max_source = R"JIT(
-def forward(self, x_orig: Tensor) -> Tensor:
     if x_orig.numel() == 0:
         return x_orig
     y = torch.flatten(x_orig.detach().float().transpose(self.ch_axis, 0), 1)
@@ -139,7 +136,6 @@ def forward(self, x_orig: Tensor) -> Tensor:
 )JIT";
 
 inline constexpr std::string_view moving_average_per_channel_source = R"JIT(
-def forward(self, x_orig: Tensor) -> Tensor:
     if x_orig.numel() == 0:
         return x_orig
     y = torch.flatten(x_orig.detach().float().transpose(self.ch_axis, 0), 1)
@@ -160,7 +156,6 @@ def forward(self, x_orig: Tensor) -> Tensor:
 // every value outside it from the histogram while min_val/max_val keep the true range
 // (fixed upstream in PyTorch 2.0, which passes the float bounds, as this port does).
 inline constexpr std::string_view histogram_source = R"JIT(
-def forward(self, x_orig: Tensor) -> Tensor:
     if x_orig.numel() == 0:
         return x_orig
     x = x_orig.detach().float()
@@ -315,8 +310,7 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 // Dynamic quantization takes the range at run time; the observer only carries dtype and
 // qscheme for the passes.
 inline constexpr std::string_view placeholder_source = R"JIT(
-def forward(self, x: Tensor) -> Tensor:
-    return x
+    return x_orig
 
 def reset_min_max_vals(self):
     pass
@@ -346,7 +340,9 @@ inline std::string class_name(observer_kind kind) {
     return "__torch__.versatil.observers." + std::string(base);
 }
 
-inline std::string_view statistics_source(observer_kind kind) {
+// The body of a kind's statistics method (what forward does with each observed value) and the
+// methods that follow it.
+inline std::string_view statistics_body(observer_kind kind) {
     switch (kind) {
         case observer_kind::min_max: return min_max_source;
         case observer_kind::moving_average_min_max: return moving_average_source;
@@ -356,6 +352,29 @@ inline std::string_view statistics_source(observer_kind kind) {
         case observer_kind::placeholder: return placeholder_source;
     }
     throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
+}
+
+// The statistics as a method named `method`: forward for an observer, _observe for a
+// fake-quantize module that calls it before quantizing (fake_quantize.hpp).
+inline std::string statistics_source(observer_kind kind, std::string_view method) {
+    return "\ndef " + std::string(method) + "(self, x_orig: Tensor) -> Tensor:" + std::string(statistics_body(kind));
+}
+
+// A module of class `name` with the attributes of the observer interface that a spec sets
+// (write_spec), shared by observers and fake-quantize modules.
+inline ::torch::jit::Module module_with_spec_attributes(const std::string& name, observer_kind kind) {
+    ::torch::jit::Module module{c10::QualifiedName(name)};
+    module.register_attribute("dtype", c10::IntType::get(), std::int64_t{0});
+    module.register_attribute("qscheme", c10::IntType::get(), std::int64_t{0});
+    module.register_attribute("ch_axis", c10::IntType::get(), std::int64_t{-1});
+    module.register_attribute("quant_min", c10::IntType::get(), std::int64_t{0});
+    module.register_attribute("quant_max", c10::IntType::get(), std::int64_t{255});
+    module.register_attribute("eps", c10::FloatType::get(), double{default_eps});
+    module.register_attribute("symmetric", c10::BoolType::get(), false);
+    module.register_attribute("unsigned_dtype", c10::BoolType::get(), true);
+    if (is_moving_average(kind))
+        module.register_attribute("averaging_constant", c10::FloatType::get(), double{default_averaging_constant});
+    return module;
 }
 
 // The reset and qparams methods a kind's statistics share with its siblings (the histogram
@@ -390,17 +409,7 @@ inline void reset_statistics(::torch::jit::Module& observer, observer_kind kind)
 
 // Compiles the class of one kind. The attribute values are overwritten per spec.
 inline ::torch::jit::Module compile_prototype(observer_kind kind) {
-    ::torch::jit::Module observer{c10::QualifiedName(class_name(kind))};
-    observer.register_attribute("dtype", c10::IntType::get(), std::int64_t{0});
-    observer.register_attribute("qscheme", c10::IntType::get(), std::int64_t{0});
-    observer.register_attribute("ch_axis", c10::IntType::get(), std::int64_t{-1});
-    observer.register_attribute("quant_min", c10::IntType::get(), std::int64_t{0});
-    observer.register_attribute("quant_max", c10::IntType::get(), std::int64_t{255});
-    observer.register_attribute("eps", c10::FloatType::get(), double{default_eps});
-    observer.register_attribute("symmetric", c10::BoolType::get(), false);
-    observer.register_attribute("unsigned_dtype", c10::BoolType::get(), true);
-    if (is_moving_average(kind))
-        observer.register_attribute("averaging_constant", c10::FloatType::get(), double{default_averaging_constant});
+    ::torch::jit::Module observer = module_with_spec_attributes(class_name(kind), kind);
     if (kind == observer_kind::histogram) {
         observer.register_attribute("bins", c10::IntType::get(), std::int64_t{histogram_bins});
         observer.register_attribute("upsample_rate", c10::IntType::get(), std::int64_t{histogram_upsample_rate});
@@ -412,7 +421,7 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
         observer.register_buffer("max_val", ::torch::zeros({0}));
     }
     observer.define(std::string(qparams_source) + std::string(unobserved_source) + std::string(range_source(kind)) +
-                    std::string(statistics_source(kind)));
+                    statistics_source(kind, "forward"));
     observer.eval();
     return observer;
 }

@@ -1,7 +1,7 @@
 // prepare: a clone of the model with observers where its targets' backend configs say.
 // Conv + batch-norm pairs are folded first (the fold LibTorch's graph passes recognise), then
 // LibTorch's InsertObservers places one observer per quantized value, configured per module
-// path from the composed quantizer: each target's subtree gets its backend's QConfig, an
+// path from the plan (plan.hpp): each target's subtree gets its backend's QConfig, an
 // Exclude's subtree none, everything outside every target none.
 #pragma once
 
@@ -9,134 +9,53 @@
 #include <torch/csrc/jit/passes/quantization/insert_observers.h>
 #include <torch/script.h>
 
-#include <chrono>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "versatil/core/runtime_quantizer.hpp"
 #include "versatil/core/quantizer.hpp"
-#include "versatil/torch/pipeline/engine.hpp"
 #include "versatil/torch/error.hpp"
-#include "versatil/torch/pipeline/fake_quantize.hpp"
 #include "versatil/torch/pipeline/inference_graph.hpp"
+#include "versatil/torch/pipeline/lowering.hpp"
 #include "versatil/torch/pipeline/measure.hpp"
 #include "versatil/torch/pipeline/module_tree.hpp"
+#include "versatil/torch/pipeline/plan.hpp"
 #include "versatil/torch/pipeline/shared_types.hpp"
 
 namespace versatil::libtorch {
 
-// A change prepare made so that the engine can run a layer, reported to the user.
-struct adjustment {
-    std::string module_path;
-    std::string change;
-};
-
-struct prepared_model {
-    ::torch::jit::Module module;  // the clone, with observers
-    runtime_quantizer quantizer;
-    ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
-    at::QEngine engine = at::QEngine::ONEDNN;
-    std::vector<adjustment> adjustments;
-    double seconds = 0.0;
-};
-
-// The composed quantizer of a compile-time Quantizer<...>, for the functions below.
-template <class... Targets>
-runtime_quantizer to_runtime(Quantizer<Targets...>) {
-    std::vector<runtime_target> targets;
-    for (const target_info& target : Quantizer<Targets...>::targets)
-        targets.push_back({std::string(target.path), target.backend});
-    return *runtime_quantizer::compose(std::move(targets));  // valid: it compiled
-}
-
-// One model runs on one quantized engine: every quantizing target must lower to the same one.
-inline at::QEngine engine_of(const runtime_quantizer& quantizer) {
-    const std::vector<backend_quantizer> quantizers = quantizer.quantizers();
-    const at::QEngine engine = engine_for(quantizers.front().backend_name());
-    for (const backend_quantizer& q : quantizers)
-        if (engine_for(q.backend_name()) != engine)
-            throw error(error_kind::unsupported_composition,
-                        "targets '" + std::string(quantizers.front().module_path) + "' (" +
-                            std::string(quantizers.front().backend_name()) + ") and '" + std::string(q.module_path) +
-                            "' (" + std::string(q.backend_name()) + ") lower to different quantized engines (" +
-                            engine_name(engine) + ", " + engine_name(engine_for(q.backend_name())) +
-                            "); LibTorch runs one engine per process, so quantize the model with one backend");
-    return engine;
-}
-
 namespace detail {
 
-// XNNPACK's int8 linear kernel in this LibTorch takes per-tensor weights only
-// ("quantized::linear (xnnpack): Unsupported config for dtype KQInt8"); a linear layer gets
-// per-tensor symmetric weights instead, and the report says so.
-inline bool needs_per_tensor_linear(const backend_quantizer& quantizer) {
-    const quantization_config& config = quantizer.config();
-    return quantizer.backend_name() == "xnnpack" && !quantizer.is_dynamic() && config.weight &&
-           is_per_channel(config.weight->qscheme);
-}
-
-inline quantization_spec per_tensor_weights(quantization_spec weight) {
-    weight.qscheme = qscheme::per_tensor_symmetric;
-    weight.ch_axis = no_channel_axis;
-    weight.observer = is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
-    return weight;
-}
-
-inline ::torch::jit::QConfig qconfig_for(const quantization_config& config, const quantization_spec& weight) {
-    return {make_observer_or_fake_quantize(*config.input_activation), make_observer_or_fake_quantize(weight)};
-}
-
-}  // namespace detail
-
-// Builds the per-path QConfig map for `quantizer` on `model`; records adjustments.
-//
-// LibTorch tells QConfigs apart by the observer objects they hold: modules sharing a class
-// type, or layers reading one value (attention's q/k/v projections), must get the very same
-// QConfig. So each target's QConfigs are made once and reused for every path under it.
-inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+// The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
+// subtree gets its QConfig, an exclude's none, everything outside every target none; linear
+// layers of a target whose engine runs them per-tensor only get that QConfig.
+inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const quantization_plan& plan,
                                               std::vector<adjustment>& adjustments) {
-    struct target_qconfigs {
-        ::torch::jit::QConfig standard;
-        std::optional<::torch::jit::QConfig> per_tensor_linear;  // made on first use
-    };
-    std::map<std::string, target_qconfigs, std::less<>> by_target;
     ::torch::jit::QConfigDict dict;
     dict[""] = c10::nullopt;  // outside every target: float
-    for (const target_info& target : quantizer.target_infos()) {
-        if (target.is_exclude()) {
-            dict[std::string(target.path)] = c10::nullopt;
-            continue;
-        }
-        const quantization_config& config = target.backend->config;
-        const ::torch::jit::QConfig standard = detail::qconfig_for(config, *config.weight);
-        by_target.emplace(std::string(target.path), target_qconfigs{standard, std::nullopt});
-        dict[std::string(target.path)] = standard;
-    }
+    for (const target_info& target : plan.quantizer.target_infos())
+        dict[std::string(target.path)] =
+            target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.qconfigs.find(target.path)->second.standard;
     for (const auto& item : model.named_modules()) {
-        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
-        if (!applies || !detail::needs_per_tensor_linear(*applies) || !calls_op(item.value, is_linear_op)) continue;
-        target_qconfigs& qconfigs = by_target.find(applies->module_path)->second;
-        if (!qconfigs.per_tensor_linear)
-            qconfigs.per_tensor_linear = ::torch::jit::QConfig{
-                std::get<0>(qconfigs.standard),
-                make_observer_or_fake_quantize(detail::per_tensor_weights(*applies->config().weight))};
+        const std::optional<backend_quantizer> applies = plan.quantizer.quantizer_for(item.name);
+        if (!applies) continue;
+        const target_qconfigs& qconfigs = plan.qconfigs.find(applies->module_path)->second;
+        if (!qconfigs.per_tensor_linear || !calls_op(item.value, is_linear_op)) continue;
         dict[item.name] = *qconfigs.per_tensor_linear;
-        adjustments.push_back({item.name, "per-tensor symmetric weights: XNNPACK's int8 linear kernel in this "
-                                          "LibTorch has no per-channel variant"});
+        adjustments.push_back({item.name, "per-tensor symmetric weights: " +
+                                              std::string(lowering_of(*applies->backend).per_tensor_linear_only_because)});
     }
     return dict;
 }
 
-inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
-    const auto start = std::chrono::steady_clock::now();
+}  // namespace detail
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const quantization_plan& plan) {
     if (!model.find_method("forward"))
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
+    const runtime_quantizer& quantizer = plan.quantizer;
     check_model_fits(model, quantizer);
-    const at::QEngine engine = engine_of(quantizer);
-    const auto quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
-    prepared_model prepared{model, quantizer, quant_type, engine, {}, 0.0};
+    prepared_model prepared{model, plan, {}};
 
     // Post-training quantization runs the model as it will be deployed, in eval mode: where
     // LibTorch cannot place observers in the graphs as scripted, they are specialized for
@@ -154,14 +73,13 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_q
         ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
         std::vector<adjustment> adjustments;
-        const ::torch::jit::QConfigDict dict = qconfig_dict(folded, quantizer, adjustments);
+        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
         try {
-            prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, prepared.quant_type);
+            prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, plan.quant_type);
         } catch (const std::exception& failure) {
             if (depth != depths.back()) continue;
-            throw error(error_kind::unsupported_model,
-                        "LibTorch cannot place observers in this model: " + first_line(without_backtrace(failure)));
+            throw error(error_kind::unsupported_model, "LibTorch cannot place observers in this model: " + one_line(failure));
         }
         if (changes.fast_paths > 0)
             adjustments.push_back({"", std::to_string(changes.fast_paths) +
@@ -171,13 +89,16 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_q
         prepared.adjustments = std::move(adjustments);
         break;
     }
-    prepared.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return prepared;
+}
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+    return prepare(model, plan_for(quantizer));
 }
 
 template <class... Targets>
 prepared_model prepare(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer) {
-    return prepare(model, to_runtime(quantizer));
+    return prepare(model, plan_for(to_runtime(quantizer)));
 }
 
 }  // namespace versatil::libtorch

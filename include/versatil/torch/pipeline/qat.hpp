@@ -46,22 +46,13 @@ inline void freeze_batch_norm_statistics(::torch::jit::Module& model) {
         if (detail::is_batch_norm(item.value)) ::torch::jit::Module(item.value).train(false);
 }
 
-// Switches fake quantization on or off (off: the model computes in float, observers still
-// follow their setting).
-inline void enable_fake_quantization(::torch::jit::Module& model, bool enabled) {
-    for (const auto& item : model.named_modules())
-        if (detail::is_fake_quantize(item.value)) ::torch::jit::Module(item.value).setattr("fake_quant_enabled", enabled);
-}
-
 struct qat_options {
-    std::int64_t steps = 300;
-    std::int64_t batch_size = 64;
-    double learning_rate = 1e-4;  // fine-tuning a trained model: a tenth of training's rate
-    std::uint64_t seed = 0;
-    std::int64_t freeze_observers_after = -1;     // step after which ranges stop moving; -1 never
-    std::int64_t freeze_batch_norm_after = -1;    // step after which batch-norm statistics stop; -1 never
-    bool progress = true;                         // a bar with steps and loss, on a terminal
-    std::function<void(std::int64_t step, double loss)> on_step = nullptr;
+    // Fine-tuning a trained model: a tenth of training's learning rate. `training.on_step` is
+    // called after every step, as in train_classifier.
+    training_options training{.steps = 300, .batch_size = 64, .learning_rate = 1e-4};
+    std::int64_t freeze_observers_after = -1;   // step after which ranges stop moving; -1 never
+    std::int64_t freeze_batch_norm_after = -1;  // step after which batch-norm statistics stop; -1 never
+    bool progress = true;                       // a bar with steps and loss, on a terminal
 };
 
 struct qat_result {
@@ -72,24 +63,20 @@ struct qat_result {
 // Trains a model prepared for QAT targets with cross-entropy on its logits.
 inline qat_result train_qat(prepared_model& prepared, const at::Tensor& images, const at::Tensor& labels,
                             const qat_options& options) {
-    if (!prepared.quantizer.is_qat())
+    if (!prepared.plan.quantizer.is_qat())
         throw error(error_kind::invalid_argument,
                     "train_qat: the model was prepared for post-training quantization; give its targets the qat "
                     "option to train it");
     const auto start = std::chrono::steady_clock::now();
-    progress_bar bar("training", options.steps, options.progress);
-    training_options training;
-    training.steps = options.steps;
-    training.batch_size = options.batch_size;
-    training.learning_rate = options.learning_rate;
-    training.seed = options.seed;
+    progress_bar bar("training", options.training.steps, options.progress);
+    training_options training = options.training;
     training.on_step = [&](std::int64_t step, double loss) {
         if (step + 1 == options.freeze_observers_after) freeze_observers(prepared.module);
         if (step + 1 == options.freeze_batch_norm_after) freeze_batch_norm_statistics(prepared.module);
         char suffix[48];
         std::snprintf(suffix, sizeof suffix, "loss %.4f", loss);
         bar.update(step + 1, suffix);
-        if (options.on_step) options.on_step(step, loss);
+        if (options.training.on_step) options.training.on_step(step, loss);
     };
     qat_result result;
     result.training = train_classifier(prepared.module, images, labels, training);

@@ -18,6 +18,7 @@
 #include "versatil/torch/pipeline/process_state_lock.hpp"
 #include "versatil/torch/pipeline/qat.hpp"
 #include "versatil/torch/pipeline/report.hpp"
+#include "versatil/torch/pipeline/target_spec.hpp"
 
 namespace versatil::libtorch {
 
@@ -40,36 +41,36 @@ struct quantize_options {
 struct quantization_result {
     lowered_model model;
     quantization_report report;
+};
+
+namespace detail {
+
+struct quantized {
+    lowered_model model;
     std::optional<qat_result> training;  // QAT targets: what training did
 };
 
-// prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
-// Calls from several threads take turns (process_state_lock.hpp).
-inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                    const quantize_data& data, const quantize_options& options = {},
-                                    std::optional<qat_result>* training = nullptr) {
-    const std::lock_guard serialized(detail::libtorch_state_mutex());
-    prepared_model prepared = prepare(model, quantizer);
-    if (quantizer.is_qat()) {
+// prepare, calibrate (or train, for QAT targets), convert and lower.
+inline quantized run_stages(const ::torch::jit::Module& model, const quantization_plan& plan, const quantize_data& data,
+                            const quantize_options& options) {
+    prepared_model prepared = prepare(model, plan);
+    std::optional<qat_result> training;
+    if (plan.quantizer.is_qat()) {
         if (!data.train_inputs || !data.train_labels)
-            throw error(error_kind::no_calibration_data,
+            throw error(error_kind::no_training_data,
                         "QAT targets train before converting: give training samples and labels (the data file's "
                         "'train_inputs' and 'train_labels')");
         qat_options qat = options.qat;
         qat.progress = qat.progress && options.progress;
-        const qat_result trained = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
-        if (training) *training = trained;
+        training = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
     } else {
         calibrate(prepared, data.calibration, {options.progress});
     }
-    lowering_options lowering;
+    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
     if (!data.calibration.empty()) lowering.sample = data.calibration.front();
     else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
-    lowering.threads = options.threads;
-    return lower(convert(prepared), lowering);
+    return {lower(convert(prepared), lowering), std::move(training)};
 }
-
-namespace detail {
 
 // `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
 inline batch timing_batch(const std::vector<batch>& batches, std::int64_t batch_size) {
@@ -128,8 +129,9 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
         const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
         if (!applies || item.name.empty() || !calls_op(item.value, quantizable_op_test(quantizer.is_dynamic()))) continue;
         auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
-        const lowered_model lowered = quantize_model(model, *alone, subset, {1, threads, false, false});
-        const engine_scope engine(engine_settings{lowered.engine, threads, std::nullopt});
+        const lowered_model lowered =
+            run_stages(model, plan_for(*alone), subset, {.threads = threads, .per_layer = false, .progress = false}).model;
+        const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
         layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db});
     }
     std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
@@ -138,52 +140,47 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
 
 }  // namespace detail
 
-// Quantizes and measures. Calls from several threads take turns (process_state_lock.hpp).
-inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+// prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
+// Calls from several threads take turns (process_state_lock.hpp).
+inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {}) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
-    const auto start = std::chrono::steady_clock::now();
-    quantize_data conformed = data;
-    std::vector<adjustment> input_notes;
-    detail::conform_input_types(model, conformed.calibration, "calibration data", input_notes);
-    detail::conform_input_types(model, conformed.evaluation, "evaluation data", input_notes);
-    std::optional<qat_result> training;
-    lowered_model lowered = quantize_model(model, quantizer, conformed, options, &training);
-    quantization_report report;
-    report.quantize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (training) {
-        report.qat_steps = static_cast<std::int64_t>(training->training.losses.size());
-        report.qat_seconds = training->seconds;
-        report.qat_final_loss = training->training.final_loss;
-    }
+    return detail::run_stages(model, plan_for(quantizer), data, options).model;
+}
 
+// The report's measurements of any lowered model against the float `model` it came from, on
+// `data`'s evaluation batches (its calibration batches when it has none): outputs, op counts,
+// size, latency, top-1 with labels, and per-layer SQNR when options.per_layer is set.
+inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
+                                   const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    const runtime_quantizer& quantizer = lowered.plan.quantizer;
+    quantization_report report;
     for (const target_info& target : quantizer.target_infos())
-        report.targets.push_back({std::string(target.path), target.is_exclude() ? "none" : std::string(target.backend->name),
+        report.targets.push_back({std::string(target.path), backend_shown(target),
                                   target.is_exclude() ? "" : std::string(target.backend->options)});
-    report.engine = engine_name(lowered.engine);
-    report.adjustments = input_notes;
-    report.adjustments.insert(report.adjustments.end(), lowered.adjustments.begin(), lowered.adjustments.end());
+    report.engine = engine_name(lowered.plan.engine);
+    report.adjustments = lowered.adjustments;
     report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";
     report.float_bytes = serialized_bytes(model);
     report.quantized_bytes = serialized_bytes(lowered.module);
-    report.compression_ratio = static_cast<double>(report.float_bytes) / static_cast<double>(report.quantized_bytes);
 
-    report.held_out = !conformed.evaluation.empty();
-    const std::vector<batch>& evaluation = report.held_out ? conformed.evaluation : conformed.calibration;
+    report.held_out = !data.evaluation.empty();
+    const std::vector<batch>& evaluation = report.held_out ? data.evaluation : data.calibration;
     if (evaluation.empty())
-        throw error(error_kind::no_calibration_data,
+        throw error(error_kind::no_evaluation_data,
                     "nothing to measure the quantized model on: give evaluation batches (the data file's 'test') or "
                     "calibration batches");
-    for (std::size_t i = 0; i < evaluation.size(); ++i) check_batch(evaluation[i], i, "evaluation batch");
+    for (std::size_t i = 0; i < evaluation.size(); ++i) detail::check_batch(evaluation[i], i, "evaluation batch");
 
     // Measured on an eval-mode clone: a model left in train mode would update its batch-norm
     // statistics, and the caller's model is never modified.
     ::torch::jit::Module float_model = model.clone();
     float_model.eval();
-    const engine_scope engine(engine_settings{lowered.engine, options.threads, std::nullopt});
+    const engine_scope engine(engine_settings{lowered.plan.engine, options.threads, std::nullopt});
     const model_outputs reference = run_batches(float_model, evaluation);
-    // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the
-    // primitive of its first input shape, and the returned model should keep none.
+    // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the primitive
+    // of its first input shape, and the returned model should keep none.
     const model_outputs quantized = run_batches(lowered.module.deepcopy(), evaluation);
     // Op counts: what one evaluation batch runs, on the float model as quantization sees it
     // (eval mode, inference branches) and on the lowered model.
@@ -192,7 +189,6 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     report.quantizable_ops =
         count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
     report.quantized_ops = count_ops(executed_ops(lowered.module.deepcopy(), evaluation.front()), is_quantized_op);
-    report.evaluation_samples = 0;
     for (const batch& inputs : evaluation) report.evaluation_samples += inputs.samples();
     const outputs_comparison comparison = compare_outputs(reference, quantized);
     report.max_abs_diff = comparison.overall.max_abs_diff;
@@ -209,14 +205,35 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     const batch timing = detail::timing_batch(evaluation, options.batch_size);
     report.float_ms = median_latency_ms(float_model, timing);
     report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
-    report.speedup = report.float_ms / report.quantized_ms;
 
     // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
     // per layer, so it is left to post-training runs.
     if (options.per_layer && !quantizer.is_qat())
-        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, conformed, reference, evaluation,
-                                                  options.threads);
-    return {std::move(lowered), std::move(report), std::move(training)};
+        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
+    return report;
+}
+
+// Quantizes and measures. Calls from several threads take turns (process_state_lock.hpp).
+inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    const auto start = std::chrono::steady_clock::now();
+    quantize_data conformed = data;
+    std::vector<adjustment> input_notes;
+    detail::conform_input_types(model, conformed.calibration, "calibration data", input_notes);
+    detail::conform_input_types(model, conformed.evaluation, "evaluation data", input_notes);
+    detail::quantized done = detail::run_stages(model, plan_for(quantizer), conformed, options);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    quantization_report report = measure(model, done.model, conformed, options);
+    report.quantize_seconds = seconds;
+    report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
+    if (done.training) {
+        report.qat_steps = static_cast<std::int64_t>(done.training->training.losses.size());
+        report.qat_seconds = done.training->seconds;
+        report.qat_final_loss = done.training->training.final_loss;
+    }
+    return {std::move(done.model), std::move(report)};
 }
 
 template <class... Targets>

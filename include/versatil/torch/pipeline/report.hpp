@@ -14,7 +14,7 @@
 
 #include "versatil/torch/pipeline/config_json.hpp"
 #include "versatil/torch/pipeline/measure.hpp"
-#include "versatil/torch/pipeline/prepare.hpp"
+#include "versatil/torch/pipeline/plan.hpp"
 
 namespace versatil::libtorch {
 
@@ -50,13 +50,11 @@ struct quantization_report {
 
     std::int64_t float_bytes = 0;
     std::int64_t quantized_bytes = 0;
-    double compression_ratio = 0.0;
 
     std::int64_t batch_size = 1;
     int threads = 1;
     double float_ms = 0.0;
     double quantized_ms = 0.0;
-    double speedup = 0.0;
 
     double quantize_seconds = 0.0;  // prepare + calibrate (or QAT training) + convert + lower
     std::optional<std::int64_t> qat_steps;  // QAT: training steps, their time and final loss
@@ -64,12 +62,19 @@ struct quantization_report {
     std::optional<double> qat_final_loss;
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
+
+    double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
+    double speedup() const { return float_ms / quantized_ms; }
 };
 
 namespace detail {
 // JSON has no infinity: identical outputs give an SQNR of null.
 inline nlohmann::json finite_or_null(double value) {
     return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+template <class T>
+nlohmann::json value_or_null(const std::optional<T>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 }  // namespace detail
 
@@ -105,19 +110,18 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"per_layer", per_layer},
         {"float_bytes", report.float_bytes},
         {"quantized_bytes", report.quantized_bytes},
-        {"compression_ratio", report.compression_ratio},
+        {"compression_ratio", report.compression_ratio()},
         {"batch_size", report.batch_size},
         {"threads", report.threads},
         {"float_ms", report.float_ms},
         {"quantized_ms", report.quantized_ms},
-        {"speedup", report.speedup},
+        {"speedup", report.speedup()},
         {"quantize_seconds", report.quantize_seconds},
-        {"qat_steps", report.qat_steps ? nlohmann::json(*report.qat_steps) : nlohmann::json(nullptr)},
-        {"qat_seconds", report.qat_seconds ? nlohmann::json(*report.qat_seconds) : nlohmann::json(nullptr)},
-        {"qat_final_loss", report.qat_final_loss ? nlohmann::json(*report.qat_final_loss) : nlohmann::json(nullptr)},
-        {"float_accuracy", report.float_accuracy ? nlohmann::json(*report.float_accuracy) : nlohmann::json(nullptr)},
-        {"quantized_accuracy",
-         report.quantized_accuracy ? nlohmann::json(*report.quantized_accuracy) : nlohmann::json(nullptr)},
+        {"qat_steps", detail::value_or_null(report.qat_steps)},
+        {"qat_seconds", detail::value_or_null(report.qat_seconds)},
+        {"qat_final_loss", detail::value_or_null(report.qat_final_loss)},
+        {"float_accuracy", detail::value_or_null(report.float_accuracy)},
+        {"quantized_accuracy", detail::value_or_null(report.quantized_accuracy)},
     };
     return json;
 }
@@ -157,9 +161,9 @@ inline std::string format_table(const quantization_report& report) {
             number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " + number("%.2f %%", 100.0 * *report.quantized_accuracy));
     row("size", number("%.1f KiB", report.float_bytes / 1024.0) + " -> " +
                     number("%.1f KiB", report.quantized_bytes / 1024.0) + " (" +
-                    number("%.2fx smaller", report.compression_ratio) + ")");
+                    number("%.2fx smaller", report.compression_ratio()) + ")");
     row("latency", number("%.3f ms", report.float_ms) + " -> " + number("%.3f ms", report.quantized_ms) + " (" +
-                       number("%.2fx", report.speedup) + ", batch " + std::to_string(report.batch_size) + ", " +
+                       number("%.2fx", report.speedup()) + ", batch " + std::to_string(report.batch_size) + ", " +
                        std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
     row("quantize time", number("%.3f s", report.quantize_seconds));
     if (report.qat_steps)

@@ -12,6 +12,15 @@
 
 namespace versatil::libtorch {
 
+// The backend spec of a target that keeps its path float (an Exclude), as targets are written
+// on the command line and shown in reports and metadata.
+inline constexpr std::string_view exclude_spec = "none";
+
+// A target's backend as reports show it: its serialized name, or exclude_spec.
+inline std::string backend_shown(const target_info& target) {
+    return std::string(target.is_exclude() ? exclude_spec : target.backend->name);
+}
+
 // Throws error(invalid_argument) naming the text and the expected form. The path is checked
 // later, with the other targets, by runtime_quantizer::compose.
 inline runtime_target parse_target(std::string_view text) {
@@ -21,7 +30,7 @@ inline runtime_target parse_target(std::string_view text) {
                                                       "' is not PATH=BACKEND[:OPT[,OPT]] (PATH may be empty for the "
                                                       "whole model; BACKEND none keeps PATH float)");
     const std::string_view path = text.substr(0, equals), spec = text.substr(equals + 1);
-    if (spec == "none") return {std::string(path), nullptr};
+    if (spec == exclude_spec) return {std::string(path), nullptr};
     auto backend = parse_backend_spec(spec);
     if (!backend)
         throw error(error_kind::invalid_argument, "target '" + std::string(text) + "': " + backend.error().message);

@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "versatil/torch/error.hpp"
+#include "versatil/torch/pipeline/batch.hpp"
+#include "versatil/torch/pipeline/engine.hpp"
+#include "versatil/torch/pipeline/measure.hpp"
 #include "versatil/torch/pipeline/module_tree.hpp"
 
 namespace versatil::libtorch {
@@ -49,23 +52,6 @@ struct training_result {
 };
 
 namespace detail {
-
-// Sets the intra-op thread count for a scope and puts the previous one back.
-class scoped_num_threads {
-public:
-    // `threads` <= 0 leaves the setting alone.
-    explicit scoped_num_threads(int threads) : previous_(at::get_num_threads()) {
-        if (threads > 0 && threads != previous_) at::set_num_threads(threads);
-    }
-    ~scoped_num_threads() {
-        if (at::get_num_threads() != previous_) at::set_num_threads(previous_);
-    }
-    scoped_num_threads(const scoped_num_threads&) = delete;
-    scoped_num_threads& operator=(const scoped_num_threads&) = delete;
-
-private:
-    int previous_;
-};
 
 inline void check_examples(const at::Tensor& images, const at::Tensor& labels, const char* function) {
     const std::string prefix = std::string(function) + ": ";
@@ -98,7 +84,7 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
         throw error(error_kind::invalid_argument,
                     "train_classifier: steps, batch_size and learning_rate must be positive");
 
-    const detail::scoped_num_threads threads(options.num_threads);
+    const scoped_num_threads threads(options.num_threads);
     reset_parameters(model, /*trainable=*/true);  // a cloned model's parameters are not leaves
     std::vector<at::Tensor> parameters;
     for (const auto& parameter : model.parameters()) parameters.push_back(parameter);
@@ -153,8 +139,9 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
     return result;
 }
 
-// The fraction of `images` whose highest logit is the label, in eval mode and without autograd.
-// The model's training flag is restored afterwards.
+// The fraction of `images` whose highest logit is the label, in eval mode and without autograd
+// (measure.hpp's top1_accuracy of the model's outputs). The model's training flag is restored
+// afterwards.
 inline double top1_accuracy(const ::torch::jit::Module& model, const at::Tensor& images, const at::Tensor& labels,
                             int64_t batch_size = 256) {
     detail::check_examples(images, labels, "top1_accuracy");
@@ -163,16 +150,9 @@ inline double top1_accuracy(const ::torch::jit::Module& model, const at::Tensor&
     ::torch::jit::Module runner = model;
     const bool was_training = runner.is_training();
     runner.eval();
-    const ::torch::NoGradGuard no_grad;
-    int64_t correct = 0;
-    const int64_t count = images.size(0);
-    for (int64_t begin = 0; begin < count; begin += batch_size) {
-        const int64_t end = std::min(begin + batch_size, count);
-        const auto predictions = detail::logits_of(runner, images.slice(0, begin, end)).argmax(1);
-        correct += predictions.eq(labels.slice(0, begin, end)).sum().item<int64_t>();
-    }
+    const double accuracy = top1_accuracy(run_batches(runner, split_batches(images, batch_size)), labels);
     if (was_training) runner.train();
-    return static_cast<double>(correct) / static_cast<double>(count);
+    return accuracy;
 }
 
 }  // namespace versatil::libtorch
