@@ -36,7 +36,7 @@ ENGINES = {"x86_inductor": "onednn", "xnnpack": "qnnpack"}
 warnings.filterwarnings("ignore")  # 1.13's FX quantization warns about deprecated observers
 
 
-# ---- the nn.Module twins of include/versatil/torch/demo/models.hpp ------------------------------------
+# ---- the nn.Module twins of include/versatil/libtorch/demo/models.hpp ------------------------------------
 
 class AddReLU(nn.Module):
     def forward(self, x, y):
@@ -175,7 +175,7 @@ def twin_of(path, make):
     return model.eval(), scripted.eval()
 
 
-# ---- measurements, the same method as include/versatil/torch/pipeline/measure.hpp --------------------------
+# ---- measurements, the same method as include/versatil/libtorch/pipeline/measure.hpp --------------------------
 
 LATENCY_ROUNDS = 3  # as torch_models.cpp: the quietest of 3 medians on a shared machine
 

@@ -247,7 +247,7 @@ def runtime_sections(versatil, peer):
     lines = ["## 3–4. Runtime, side by side with PyTorch's own quantization", ""]
     cfg = versatil["config"]
     lines += [
-        f"Method: each model is built and trained in C++ (`include/versatil/torch/demo/models.hpp`, `training.hpp`; "
+        f"Method: each model is built and trained in C++ (`include/versatil/libtorch/demo/models.hpp`, `training.hpp`; "
         f"Adam, {cfg['steps']} steps of 64 on the first {cfg['train_images']} Fashion-MNIST training images, "
         f"{cfg['threads']} thread(s)) and saved as TorchScript. Calibration: {cfg['calibration_images']} training images in "
         f"batches of 32 (static only). Evaluation: the first {cfg['test_images']} test images (held out).",
@@ -481,7 +481,7 @@ def why_section(summary, slopes, compile_noise_figures, latency_spread):
             f"{fmt(100 * min(share), 0)}–{fmt(100 * max(share), 0)} % of versatil's static quantize time, and "
             f"versatil calibrates {fmt(min(cal))}–{fmt(max(cal))}× as long as the peer on the same batches. Both "
             "sides observe activations with the same HistogramObserver algorithm (versatil's is a line-by-line "
-            "TorchScript port, `include/versatil/torch/pipeline/observers.hpp`), but versatil's observers and the observed "
+            "TorchScript port, `include/versatil/libtorch/pipeline/observers.hpp`), but versatil's observers and the observed "
             "model run in the TorchScript interpreter, one observer module call per observed value, where the "
             "peer's run as Python modules calling the same ATen ops. Prepare (clone, conv-bn folding, "
             "InsertObservers) and convert/lower (InsertQuantDeQuant, Finalize: freezing and weight packing) are "

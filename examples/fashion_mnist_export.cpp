@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <string>
 
-#include "versatil/torch/files/data_file.hpp"
-#include "versatil/torch/demo/fashion_mnist.hpp"
-#include "versatil/torch/demo/models.hpp"
-#include "versatil/torch/files/save.hpp"
-#include "versatil/torch/pipeline/training.hpp"
+#include "versatil/libtorch/files/data_file.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/files/save.hpp"
+#include "versatil/libtorch/pipeline/training.hpp"
 
 using namespace versatil::libtorch;
 

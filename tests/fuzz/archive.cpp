@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "versatil/torch/files/pickle_scan.hpp"
-#include "versatil/torch/files/zip_layout.hpp"
+#include "versatil/libtorch/files/pickle_scan.hpp"
+#include "versatil/libtorch/files/zip_layout.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace versatil::libtorch;

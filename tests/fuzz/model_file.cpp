@@ -28,8 +28,8 @@
 
 #include "../runtime/archive_surgery.hpp"
 #include "fuzz_check.hpp"
-#include "versatil/torch/files/data_file.hpp"
-#include "versatil/torch/files/save.hpp"
+#include "versatil/libtorch/files/data_file.hpp"
+#include "versatil/libtorch/files/save.hpp"
 
 extern "C" void __sanitizer_cov_8bit_counters_init(std::uint8_t* start, std::uint8_t* stop);
 

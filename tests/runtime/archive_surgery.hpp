@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "versatil/torch/files/zip_layout.hpp"
+#include "versatil/libtorch/files/zip_layout.hpp"
 
 namespace versatil::testing {
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "archive_surgery.hpp"
-#include "versatil/torch/files/pickle_scan.hpp"
-#include "versatil/torch/files/zip_layout.hpp"
+#include "versatil/libtorch/files/pickle_scan.hpp"
+#include "versatil/libtorch/files/zip_layout.hpp"
 
 using namespace versatil::libtorch;
 using versatil::testing::central_entry;

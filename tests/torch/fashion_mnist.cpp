@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "versatil/torch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
 
 
 namespace vt = versatil::libtorch;

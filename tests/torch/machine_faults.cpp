@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "torch_test_helpers.hpp"
-#include "versatil/torch.hpp"
-#include "versatil/torch/demo/models.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

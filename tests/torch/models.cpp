@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "torch_test_helpers.hpp"
-#include "versatil/torch/demo/models.hpp"
-#include "versatil/torch/demo/modules.hpp"
-#include "versatil/torch/pipeline/module_tree.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/demo/modules.hpp"
+#include "versatil/libtorch/pipeline/module_tree.hpp"
 
 
 namespace vt = versatil::libtorch;

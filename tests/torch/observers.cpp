@@ -1,7 +1,7 @@
 // The observers behind each observer_kind: their qparams against the core's
 // versatil::math::choose_qparams, the histogram against PyTorch's own HistogramObserver, and
 // the observers inside LibTorch's graph-mode passes.
-#include "versatil/torch/pipeline/observers.hpp"
+#include "versatil/libtorch/pipeline/observers.hpp"
 
 #include "doctest_with_torch.hpp"
 #include <torch/csrc/jit/passes/quantization/finalize.h>

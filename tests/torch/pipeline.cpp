@@ -8,11 +8,11 @@
 #include <fstream>
 
 #include "torch_test_helpers.hpp"
-#include "versatil/torch.hpp"
-#include "versatil/torch/pipeline/batch.hpp"
-#include "versatil/torch/pipeline/graph_walk.hpp"
-#include "versatil/torch/pipeline/inference_graph.hpp"
-#include "versatil/torch/demo/models.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/pipeline/batch.hpp"
+#include "versatil/libtorch/pipeline/graph_walk.hpp"
+#include "versatil/libtorch/pipeline/inference_graph.hpp"
+#include "versatil/libtorch/demo/models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -7,10 +7,10 @@
 #include <map>
 #include <numeric>
 
-#include "versatil/torch.hpp"
-#include "versatil/torch/demo/fashion_mnist.hpp"
-#include "versatil/torch/demo/models.hpp"
-#include "versatil/torch/pipeline/qat.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/pipeline/qat.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

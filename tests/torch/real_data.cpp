@@ -4,10 +4,10 @@
 #include "doctest_with_torch.hpp"
 #include "torch_test_helpers.hpp"
 
-#include "versatil/torch.hpp"
-#include "versatil/torch/demo/fashion_mnist.hpp"
-#include "versatil/torch/demo/models.hpp"
-#include "versatil/torch/pipeline/training.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/pipeline/training.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

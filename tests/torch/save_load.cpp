@@ -12,9 +12,9 @@
 
 #include "../runtime/archive_surgery.hpp"
 #include "torch_test_helpers.hpp"
-#include "versatil/torch.hpp"
-#include "versatil/torch/files/data_file.hpp"
-#include "versatil/torch/demo/models.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/files/data_file.hpp"
+#include "versatil/libtorch/demo/models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../runtime/environment_helpers.hpp"
-#include "versatil/torch/pipeline/calibrate.hpp"
-#include "versatil/torch/demo/fashion_mnist.hpp"
-#include "versatil/torch/pipeline/quantize.hpp"
+#include "versatil/libtorch/pipeline/calibrate.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/pipeline/quantize.hpp"
 
 namespace versatil::testing {
 

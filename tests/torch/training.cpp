@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "versatil/torch/demo/fashion_mnist.hpp"
-#include "versatil/torch/demo/models.hpp"
-#include "versatil/torch/pipeline/training.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/pipeline/training.hpp"
 
 
 namespace vt = versatil::libtorch;

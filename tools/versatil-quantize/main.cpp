@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "versatil/torch.hpp"
-#include "versatil/torch/files/data_file.hpp"
-#include "versatil/torch/demo/models.hpp"
-#include "versatil/torch/pipeline/target_spec.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/files/data_file.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/pipeline/target_spec.hpp"
 
 namespace {
 

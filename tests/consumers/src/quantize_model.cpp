@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
-#include "versatil/torch.hpp"
-#include "versatil/torch/demo/models.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -1,0 +1,86 @@
+// lower: the converted model onto its engine, inside the backends' scoped environment and an
+// engine scope (so the process is left as it was, even when lowering throws). LibTorch's
+// Finalize packs the weights for the engine, fuses quantize/dequantize pairs with conv and
+// linear (and a following relu) into quantized ops, and freezes the module; add + relu is
+// then fused into quantized::add_relu. One forward on a sample proves the engine runs it:
+// some unsupported configurations only fail there.
+#pragma once
+
+#include <torch/csrc/jit/passes/quantization/finalize.h>
+#include <torch/csrc/jit/passes/quantization/fusion_passes.h>
+#include <torch/script.h>
+
+#include <optional>
+
+#include "versatil/libtorch/pipeline/calibrate.hpp"
+#include "versatil/libtorch/pipeline/convert.hpp"
+#include "versatil/libtorch/pipeline/engine.hpp"
+#include "versatil/libtorch/pipeline/graph_walk.hpp"
+
+namespace versatil::libtorch {
+
+namespace detail {
+
+// LibTorch 1.13's quantization passes move a dequantize past the TupleConstruct of a model
+// returning several quantized tensors, leaving aten::dequantize applied to the tuple: it runs
+// (as dequantize of a list, returning a list), but the saved model no longer loads ("annotated
+// as having type Tuple[Tensor, Tensor] but is actually of type List[Tensor]"). Each such node
+// becomes a dequantize per item, packed into the tuple again.
+inline void dequantize_tuples_item_by_item(const std::shared_ptr<::torch::jit::Graph>& graph) {
+    const auto wrong = nodes_where(graph, [](const ::torch::jit::Node* node) {
+        return node->kind() == c10::aten::dequantize && node->inputs().size() == 1 &&
+               node->input()->type()->kind() == c10::TypeKind::TupleType;
+    });
+    for (::torch::jit::Node* node : wrong) {
+        const ::torch::jit::WithInsertPoint here(node);
+        ::torch::jit::Node* unpack = graph->insertNode(graph->createTupleUnpack(node->input()));
+        std::vector<::torch::jit::Value*> items;
+        for (::torch::jit::Value* item : unpack->outputs()) {
+            ::torch::jit::Node* dequantize = graph->insertNode(graph->create(c10::aten::dequantize, {item}));
+            dequantize->output()->setType(c10::TensorType::get());
+            items.push_back(dequantize->output());
+        }
+        ::torch::jit::Node* tuple = graph->insertNode(graph->createTuple(items));
+        node->output()->replaceAllUsesWith(tuple->output());
+        node->destroy();
+    }
+}
+
+}  // namespace detail
+
+struct lowering_options {
+    std::optional<batch> sample;  // a batch to prove the lowered model runs
+    std::optional<int> threads;
+};
+
+inline lowered_model lower(const converted_model& converted, const lowering_options& options = {}) {
+    const quantization_plan& plan = converted.plan;
+    const auto environment = plan.quantizer.environment_context();
+    const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
+    ::torch::jit::Module module = converted.module.clone();
+    ::torch::jit::Module lowered;
+    try {
+        lowered = ::torch::jit::Finalize(module, plan.quant_type);
+        auto graph = lowered.get_method("forward").graph();
+        ::torch::jit::FuseQuantizedAddRelu(graph);
+        detail::dequantize_tuples_item_by_item(graph);
+    } catch (const std::exception& failure) {
+        throw error(error_kind::lowering_failed,
+                    "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
+    }
+    if (options.sample) {
+        // On a deep copy (fresh packed weights): oneDNN's quantized conv keeps the primitive
+        // of its first input shape, so a check at the sample's batch size would slow every
+        // later call at another one.
+        const ::torch::NoGradGuard no_grad;
+        try {
+            lowered.deepcopy().forward(options.sample->arguments());
+        } catch (const std::exception& failure) {
+            throw error(error_kind::lowering_failed,
+                        "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
+        }
+    }
+    return {lowered, plan, converted.adjustments};
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,91 @@
+// What the LibTorch layer knows of each backend, keyed on its policy template (the core's
+// backend_family), never on its serialized name: the quantized engine it lowers to, and what
+// that engine in this LibTorch cannot run. Adding a backend means a specialization here; a
+// compile-time Quantizer whose backend has none does not compile into this layer, and every
+// built-in backend is checked to have one when this header compiles.
+#pragma once
+
+#include <c10/core/QEngine.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "versatil/backends/catalogue.hpp"
+#include "versatil/core/quantizer.hpp"
+#include "versatil/core/runtime_quantizer.hpp"
+#include "versatil/libtorch/error.hpp"
+
+namespace versatil::libtorch {
+
+struct lowering_traits {
+    at::QEngine engine;
+    // Set when the engine's static int8 linear kernel takes per-tensor weights only: why. The
+    // linear layers of a per-channel target then get per-tensor symmetric weights, and the
+    // report gives this reason.
+    std::string_view per_tensor_linear_only_because = {};
+};
+
+// No definition: a backend without a specialization has no LibTorch lowering.
+template <template <auto...> class Policy>
+struct lowering;
+
+// x86_inductor lowers to oneDNN (uint8 activations).
+template <>
+struct lowering<X86Inductor> {
+    static constexpr lowering_traits traits{at::QEngine::ONEDNN};
+};
+
+// xnnpack lowers to QNNPACK, whose int8-activation path runs XNNPACK kernels; its int8 linear
+// kernel rejects per-channel weights ("quantized::linear (xnnpack): Unsupported config for
+// dtype KQInt8").
+template <>
+struct lowering<XNNPACK> {
+    static constexpr lowering_traits traits{at::QEngine::QNNPACK,
+                                            "XNNPACK's int8 linear kernel in this LibTorch has no per-channel variant"};
+};
+
+namespace detail {
+template <class Policy>
+inline constexpr bool has_lowering = false;
+template <template <auto...> class Policy, auto... Options>
+inline constexpr bool has_lowering<Policy<Options...>> =
+    requires { lowering<Policy>::traits; } && versatil::detail::is_listed(&family_of<Policy>, builtin_families{});
+
+template <template <auto...> class... Policies>
+const lowering_traits* find_lowering(const backend_family* family, family_list<Policies...>) {
+    const lowering_traits* found = nullptr;
+    ((family == &family_of<Policies> ? (void)(found = &lowering<Policies>::traits) : void()), ...);
+    return found;
+}
+}  // namespace detail
+
+// The lowering of a configured backend; an error for one this layer cannot lower.
+inline const lowering_traits& lowering_of(const backend_descriptor& backend) {
+    if (const lowering_traits* traits = detail::find_lowering(backend.family, builtin_families{})) return *traits;
+    throw error(error_kind::unsupported_composition,
+                "backend '" + std::string(backend.name) +
+                    "' has no lowering in the LibTorch layer: give its policy template a "
+                    "versatil::libtorch::lowering specialization and list it in versatil::builtin_families");
+}
+
+// The composed quantizer of a compile-time Quantizer<...>, checked while compiling to name only
+// backends this layer can lower.
+template <class... Targets>
+runtime_quantizer to_runtime(Quantizer<Targets...>) {
+    Quantizer<Targets...>::for_each_target([](auto target) {
+        using target_type = typename decltype(target)::type;
+        if constexpr (!target_type::is_exclude) {
+            using policy = typename target_type::backend;
+            static_assert(detail::has_lowering<policy>,
+                          "versatil::libtorch: a target's backend has no LibTorch lowering (no "
+                          "versatil::libtorch::lowering specialization for its policy template in builtin_families)");
+        }
+    });
+    std::vector<runtime_target> targets;
+    for (const target_info& target : Quantizer<Targets...>::targets)
+        targets.push_back({std::string(target.path), target.backend});
+    return *runtime_quantizer::compose(std::move(targets));  // valid: it compiled
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,99 @@
+// The quantization plan: what every stage (prepare, calibrate or train, convert, lower) and the
+// measurements read, decided once from the quantizer: its targets, the one engine they lower
+// to, the quant type, and each target's QConfigs, from the backends' lowering traits
+// (lowering.hpp). Each stage returns a staged_model: its module, the plan, and the changes made
+// so that the engine can run a layer.
+#pragma once
+
+#include <torch/csrc/jit/passes/quantization/quantization_type.h>
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/script.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/core/runtime_quantizer.hpp"
+#include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/engine.hpp"
+#include "versatil/libtorch/pipeline/fake_quantize.hpp"
+#include "versatil/libtorch/pipeline/lowering.hpp"
+
+namespace versatil::libtorch {
+
+// A change made so that the engine can run a layer, reported to the user.
+struct adjustment {
+    std::string module_path;
+    std::string change;
+};
+
+// One target's QConfigs. LibTorch tells QConfigs apart by the observer objects they hold:
+// modules sharing a class type, or layers reading one value (attention's q/k/v projections),
+// must get the very same QConfig, so each is made once and used for every path under it.
+struct target_qconfigs {
+    ::torch::jit::QConfig standard;
+    // For a backend whose static linear kernel is per-tensor only: its linear layers' QConfig.
+    std::optional<::torch::jit::QConfig> per_tensor_linear;
+};
+
+struct quantization_plan {
+    runtime_quantizer quantizer;
+    at::QEngine engine = at::QEngine::ONEDNN;
+    ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
+    std::map<std::string, target_qconfigs, std::less<>> qconfigs{};  // by target path; none for an exclude
+};
+
+namespace detail {
+inline quantization_spec per_tensor_weights(quantization_spec weight) {
+    weight.qscheme = qscheme::per_tensor_symmetric;
+    weight.ch_axis = no_channel_axis;
+    weight.observer = is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
+    return weight;
+}
+}  // namespace detail
+
+// One model runs on one quantized engine: every quantizing target must lower to the same one.
+inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
+    quantization_plan plan{quantizer};
+    plan.quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
+    const std::vector<backend_quantizer> quantizers = quantizer.quantizers();
+    plan.engine = lowering_of(*quantizers.front().backend).engine;
+    for (const backend_quantizer& q : quantizers) {
+        const lowering_traits& lowering = lowering_of(*q.backend);
+        if (lowering.engine != plan.engine)
+            throw error(error_kind::unsupported_composition,
+                        "targets '" + std::string(quantizers.front().module_path) + "' (" +
+                            std::string(quantizers.front().backend_name()) + ") and '" + std::string(q.module_path) +
+                            "' (" + std::string(q.backend_name()) + ") lower to different quantized engines (" +
+                            engine_name(plan.engine) + ", " + engine_name(lowering.engine) +
+                            "); LibTorch runs one engine per process, so quantize the model with one backend");
+        const quantization_config& config = q.config();
+        const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(*config.input_activation),
+                                             make_observer_or_fake_quantize(*config.weight)};
+        std::optional<::torch::jit::QConfig> per_tensor_linear;
+        if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() && is_per_channel(config.weight->qscheme))
+            per_tensor_linear = ::torch::jit::QConfig{
+                std::get<0>(standard), make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight))};
+        plan.qconfigs.emplace(std::string(q.module_path), target_qconfigs{standard, per_tensor_linear});
+    }
+    return plan;
+}
+
+enum class stage { prepared, converted, lowered };
+
+// A model after one stage: prepared (observers in place), converted (quantize/dequantize
+// pairs), lowered (the engine's quantized ops; run it with engine_scope(plan.engine) active).
+template <stage At>
+struct staged_model {
+    ::torch::jit::Module module;
+    quantization_plan plan;
+    std::vector<adjustment> adjustments;
+};
+
+using prepared_model = staged_model<stage::prepared>;
+using converted_model = staged_model<stage::converted>;
+using lowered_model = staged_model<stage::lowered>;
+
+}  // namespace versatil::libtorch

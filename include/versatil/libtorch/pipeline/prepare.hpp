@@ -1,0 +1,104 @@
+// prepare: a clone of the model with observers where its targets' backend configs say.
+// Conv + batch-norm pairs are folded first (the fold LibTorch's graph passes recognise), then
+// LibTorch's InsertObservers places one observer per quantized value, configured per module
+// path from the plan (plan.hpp): each target's subtree gets its backend's QConfig, an
+// Exclude's subtree none, everything outside every target none.
+#pragma once
+
+#include <torch/csrc/jit/passes/fold_conv_bn.h>
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/core/quantizer.hpp"
+#include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/inference_graph.hpp"
+#include "versatil/libtorch/pipeline/lowering.hpp"
+#include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/pipeline/module_tree.hpp"
+#include "versatil/libtorch/pipeline/plan.hpp"
+#include "versatil/libtorch/pipeline/shared_types.hpp"
+
+namespace versatil::libtorch {
+
+namespace detail {
+
+// The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
+// subtree gets its QConfig, an exclude's none, everything outside every target none; linear
+// layers of a target whose engine runs them per-tensor only get that QConfig.
+inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const quantization_plan& plan,
+                                              std::vector<adjustment>& adjustments) {
+    ::torch::jit::QConfigDict dict;
+    dict[""] = c10::nullopt;  // outside every target: float
+    for (const target_info& target : plan.quantizer.target_infos())
+        dict[std::string(target.path)] =
+            target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.qconfigs.find(target.path)->second.standard;
+    for (const auto& item : model.named_modules()) {
+        const std::optional<backend_quantizer> applies = plan.quantizer.quantizer_for(item.name);
+        if (!applies) continue;
+        const target_qconfigs& qconfigs = plan.qconfigs.find(applies->module_path)->second;
+        if (!qconfigs.per_tensor_linear || !calls_op(item.value, is_linear_op)) continue;
+        dict[item.name] = *qconfigs.per_tensor_linear;
+        adjustments.push_back({item.name, "per-tensor symmetric weights: " +
+                                              std::string(lowering_of(*applies->backend).per_tensor_linear_only_because)});
+    }
+    return dict;
+}
+
+}  // namespace detail
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const quantization_plan& plan) {
+    if (!model.find_method("forward"))
+        throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
+    const runtime_quantizer& quantizer = plan.quantizer;
+    check_model_fits(model, quantizer);
+    prepared_model prepared{model, plan, {}};
+
+    // Post-training quantization runs the model as it will be deployed, in eval mode: where
+    // LibTorch cannot place observers in the graphs as scripted, they are specialized for
+    // inference (inference_graph.hpp), a step deeper each time. QAT trains, and keeps them.
+    std::vector<specialization_depth> depths{specialization_depth::none};
+    if (!quantizer.is_qat())
+        depths.insert(depths.end(), {specialization_depth::branches, specialization_depth::constants,
+                                     specialization_depth::inlined});
+    for (const specialization_depth depth : depths) {
+        ::torch::jit::Module clone = model.clone();
+        clone.eval();  // folding and freezing need eval mode
+        const inference_specialization changes = specialize_for_inference(clone, depth);
+        // Batch norm is folded into the convolution before observers (QAT included): what is
+        // then trained is exactly what convert quantizes. See qat.hpp.
+        ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+        reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
+        std::vector<adjustment> adjustments;
+        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
+        split_shared_types(folded, dict);
+        try {
+            prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, plan.quant_type);
+        } catch (const std::exception& failure) {
+            if (depth != depths.back()) continue;
+            throw error(error_kind::unsupported_model, "LibTorch cannot place observers in this model: " + one_line(failure));
+        }
+        if (changes.fast_paths > 0)
+            adjustments.push_back({"", std::to_string(changes.fast_paths) +
+                                           " fused inference fast path(s) (nn.TransformerEncoderLayer, "
+                                           "nn.MultiheadAttention) replaced by their reference branches, whose linear "
+                                           "layers quantize"});
+        prepared.adjustments = std::move(adjustments);
+        break;
+    }
+    return prepared;
+}
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+    return prepare(model, plan_for(quantizer));
+}
+
+template <class... Targets>
+prepared_model prepare(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer) {
+    return prepare(model, plan_for(to_runtime(quantizer)));
+}
+
+}  // namespace versatil::libtorch

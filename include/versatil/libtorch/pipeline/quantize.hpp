@@ -1,0 +1,245 @@
+// The whole flow, prepare -> calibrate -> convert -> lower, and the report that measures the
+// result against the float model.
+#pragma once
+
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "versatil/libtorch/pipeline/calibrate.hpp"
+#include "versatil/libtorch/pipeline/convert.hpp"
+#include "versatil/libtorch/pipeline/lower.hpp"
+#include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/pipeline/prepare.hpp"
+#include "versatil/libtorch/pipeline/process_state_lock.hpp"
+#include "versatil/libtorch/pipeline/qat.hpp"
+#include "versatil/libtorch/pipeline/report.hpp"
+#include "versatil/libtorch/pipeline/target_spec.hpp"
+
+namespace versatil::libtorch {
+
+struct quantize_data {
+    std::vector<batch> calibration{};               // batches; static targets need at least one
+    std::vector<batch> evaluation{};                // held-out batches; calibration data when empty
+    std::optional<at::Tensor> evaluation_labels{};  // int64 class labels for every evaluation sample
+    std::optional<at::Tensor> train_inputs{};       // QAT: training samples, batched along dim 0
+    std::optional<at::Tensor> train_labels{};       // QAT: their int64 class labels
+};
+
+struct quantize_options {
+    std::int64_t batch_size = 1;  // for latency
+    int threads = 1;              // for latency and lowering
+    bool per_layer = true;        // per-layer SQNR (one extra quantization per layer; not for QAT)
+    bool progress = true;
+    qat_options qat{};            // QAT targets: how to train
+};
+
+struct quantization_result {
+    lowered_model model;
+    quantization_report report;
+};
+
+namespace detail {
+
+struct quantized {
+    lowered_model model;
+    std::optional<qat_result> training;  // QAT targets: what training did
+};
+
+// prepare, calibrate (or train, for QAT targets), convert and lower.
+inline quantized run_stages(const ::torch::jit::Module& model, const quantization_plan& plan, const quantize_data& data,
+                            const quantize_options& options) {
+    prepared_model prepared = prepare(model, plan);
+    std::optional<qat_result> training;
+    if (plan.quantizer.is_qat()) {
+        if (!data.train_inputs || !data.train_labels)
+            throw error(error_kind::no_training_data,
+                        "QAT targets train before converting: give training samples and labels (the data file's "
+                        "'train_inputs' and 'train_labels')");
+        qat_options qat = options.qat;
+        qat.progress = qat.progress && options.progress;
+        training = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+    } else {
+        calibrate(prepared, data.calibration, {options.progress});
+    }
+    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
+    if (!data.calibration.empty()) lowering.sample = data.calibration.front();
+    else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
+    return {lower(convert(prepared), lowering), std::move(training)};
+}
+
+// `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
+inline batch timing_batch(const std::vector<batch>& batches, std::int64_t batch_size) {
+    std::vector<at::Tensor> inputs = concatenate(batches);
+    for (at::Tensor& input : inputs) {
+        while (input.size(0) < batch_size) input = at::cat({input, input});
+        input = input.slice(0, 0, batch_size).contiguous();
+    }
+    return batch(std::move(inputs));
+}
+
+// The floating-point type the model computes in: that of its first floating parameter or
+// buffer (none for a model without any).
+inline std::optional<at::ScalarType> model_float_type(const ::torch::jit::Module& model) {
+    for (const at::Tensor& parameter : model.parameters())
+        if (at::isFloatingType(parameter.scalar_type())) return parameter.scalar_type();
+    for (const at::Tensor& buffer : model.buffers())
+        if (at::isFloatingType(buffer.scalar_type())) return buffer.scalar_type();
+    return std::nullopt;
+}
+
+// Floating inputs of another type than the model's (a float64 data file for a float32
+// model) are converted to the model's, with one note per input and type.
+inline void conform_input_types(const ::torch::jit::Module& model, std::vector<batch>& batches, const char* what,
+                                std::vector<adjustment>& notes) {
+    const std::optional<at::ScalarType> model_type = model_float_type(model);
+    if (!model_type) return;
+    std::vector<std::string> noted;
+    for (batch& inputs : batches) {
+        std::vector<at::Tensor> converted = inputs.inputs();
+        bool changed = false;
+        for (std::size_t i = 0; i < converted.size(); ++i) {
+            const at::ScalarType type = converted[i].scalar_type();
+            if (!at::isFloatingType(type) || type == *model_type) continue;
+            const std::string note = std::string(what) + (converted.size() > 1 ? " input " + std::to_string(i) : "") +
+                                     " converted from " + c10::toString(type) + " to the model's " +
+                                     c10::toString(*model_type);
+            if (std::find(noted.begin(), noted.end(), note) == noted.end()) noted.push_back(note);
+            converted[i] = converted[i].to(*model_type);
+            changed = true;
+        }
+        if (changed) inputs = batch(std::move(converted));
+    }
+    for (const std::string& note : noted) notes.push_back({"", note});
+}
+
+inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                              const quantize_data& data, const model_outputs& reference,
+                                              const std::vector<batch>& evaluation, int threads) {
+    std::vector<layer_sqnr> layers;
+    const std::size_t calibration_batches = std::min<std::size_t>(data.calibration.size(), 8);
+    quantize_data subset;
+    subset.calibration.assign(data.calibration.begin(),
+                              data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
+    for (const auto& item : model.named_modules()) {
+        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
+        if (!applies || item.name.empty() || !calls_op(item.value, quantizable_op_test(quantizer.is_dynamic()))) continue;
+        auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
+        const lowered_model lowered =
+            run_stages(model, plan_for(*alone), subset, {.threads = threads, .per_layer = false, .progress = false}).model;
+        const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
+        layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db});
+    }
+    std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    return layers;
+}
+
+}  // namespace detail
+
+// prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
+// Calls from several threads take turns (process_state_lock.hpp).
+inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    return detail::run_stages(model, plan_for(quantizer), data, options).model;
+}
+
+// The report's measurements of any lowered model against the float `model` it came from, on
+// `data`'s evaluation batches (its calibration batches when it has none): outputs, op counts,
+// size, latency, top-1 with labels, and per-layer SQNR when options.per_layer is set.
+inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
+                                   const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    const runtime_quantizer& quantizer = lowered.plan.quantizer;
+    quantization_report report;
+    for (const target_info& target : quantizer.target_infos())
+        report.targets.push_back({std::string(target.path), backend_shown(target),
+                                  target.is_exclude() ? "" : std::string(target.backend->options)});
+    report.engine = engine_name(lowered.plan.engine);
+    report.adjustments = lowered.adjustments;
+    report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";
+    report.float_bytes = serialized_bytes(model);
+    report.quantized_bytes = serialized_bytes(lowered.module);
+
+    report.held_out = !data.evaluation.empty();
+    const std::vector<batch>& evaluation = report.held_out ? data.evaluation : data.calibration;
+    if (evaluation.empty())
+        throw error(error_kind::no_evaluation_data,
+                    "nothing to measure the quantized model on: give evaluation batches (the data file's 'test') or "
+                    "calibration batches");
+    for (std::size_t i = 0; i < evaluation.size(); ++i) detail::check_batch(evaluation[i], i, "evaluation batch");
+
+    // Measured on an eval-mode clone: a model left in train mode would update its batch-norm
+    // statistics, and the caller's model is never modified.
+    ::torch::jit::Module float_model = model.clone();
+    float_model.eval();
+    const engine_scope engine(engine_settings{lowered.plan.engine, options.threads, std::nullopt});
+    const model_outputs reference = run_batches(float_model, evaluation);
+    // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the primitive
+    // of its first input shape, and the returned model should keep none.
+    const model_outputs quantized = run_batches(lowered.module.deepcopy(), evaluation);
+    // Op counts: what one evaluation batch runs, on the float model as quantization sees it
+    // (eval mode, inference branches) and on the lowered model.
+    ::torch::jit::Module specialized = float_model.clone();
+    if (!quantizer.is_qat()) specialize_for_inference(specialized);
+    report.quantizable_ops =
+        count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
+    report.quantized_ops = count_ops(executed_ops(lowered.module.deepcopy(), evaluation.front()), is_quantized_op);
+    for (const batch& inputs : evaluation) report.evaluation_samples += inputs.samples();
+    const outputs_comparison comparison = compare_outputs(reference, quantized);
+    report.max_abs_diff = comparison.overall.max_abs_diff;
+    report.mean_abs_diff = comparison.overall.mean_abs_diff;
+    report.sqnr_db = comparison.overall.sqnr_db;
+    if (comparison.outputs.size() > 1) report.outputs = comparison.outputs;
+    if (data.evaluation_labels && report.held_out) {
+        report.float_accuracy = top1_accuracy(reference, *data.evaluation_labels);
+        report.quantized_accuracy = top1_accuracy(quantized, *data.evaluation_labels);
+    }
+
+    report.batch_size = options.batch_size;
+    report.threads = options.threads;
+    const batch timing = detail::timing_batch(evaluation, options.batch_size);
+    report.float_ms = median_latency_ms(float_model, timing);
+    report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
+
+    // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
+    // per layer, so it is left to post-training runs.
+    if (options.per_layer && !quantizer.is_qat())
+        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
+    return report;
+}
+
+// Quantizes and measures. Calls from several threads take turns (process_state_lock.hpp).
+inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    const auto start = std::chrono::steady_clock::now();
+    quantize_data conformed = data;
+    std::vector<adjustment> input_notes;
+    detail::conform_input_types(model, conformed.calibration, "calibration data", input_notes);
+    detail::conform_input_types(model, conformed.evaluation, "evaluation data", input_notes);
+    detail::quantized done = detail::run_stages(model, plan_for(quantizer), conformed, options);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    quantization_report report = measure(model, done.model, conformed, options);
+    report.quantize_seconds = seconds;
+    report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
+    if (done.training) {
+        report.qat_steps = static_cast<std::int64_t>(done.training->training.losses.size());
+        report.qat_seconds = done.training->seconds;
+        report.qat_final_loss = done.training->training.final_loss;
+    }
+    return {std::move(done.model), std::move(report)};
+}
+
+template <class... Targets>
+quantization_result quantize(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer,
+                             const quantize_data& data, const quantize_options& options = {}) {
+    return quantize(model, to_runtime(quantizer), data, options);
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,180 @@
+// What a quantization did and what it cost: targets, op counts, accuracy against the float
+// model (overall, per layer, top-1), size, speed and quantize time. A struct, its JSON, and
+// a table for people.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/libtorch/pipeline/config_json.hpp"
+#include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/pipeline/plan.hpp"
+
+namespace versatil::libtorch {
+
+struct target_report {
+    std::string path;
+    std::string backend;  // "none" for an exclude
+    std::string options;
+};
+
+// The model's output SQNR when this layer alone is quantized: the layer that loses the most
+// accuracy has the lowest.
+struct layer_sqnr {
+    std::string name;
+    double sqnr_db = 0.0;
+};
+
+struct quantization_report {
+    std::vector<target_report> targets;
+    std::string engine;
+    std::vector<adjustment> adjustments;
+
+    std::int64_t quantized_ops = 0;
+    std::int64_t quantizable_ops = 0;          // of quantizable_kind, at every call site
+    std::string quantizable_kind = "conv/linear";  // "linear" for dynamic quantization
+
+    std::int64_t evaluation_samples = 0;
+    bool held_out = false;  // evaluated on data that calibration did not see
+    double max_abs_diff = 0.0;
+    double mean_abs_diff = 0.0;
+    double sqnr_db = 0.0;                 // over all outputs together
+    std::vector<output_comparison> outputs;  // each output's own, for models returning several
+    std::vector<layer_sqnr> per_layer;
+
+    std::int64_t float_bytes = 0;
+    std::int64_t quantized_bytes = 0;
+
+    std::int64_t batch_size = 1;
+    int threads = 1;
+    double float_ms = 0.0;
+    double quantized_ms = 0.0;
+
+    double quantize_seconds = 0.0;  // prepare + calibrate (or QAT training) + convert + lower
+    std::optional<std::int64_t> qat_steps;  // QAT: training steps, their time and final loss
+    std::optional<double> qat_seconds;
+    std::optional<double> qat_final_loss;
+    std::optional<double> float_accuracy;
+    std::optional<double> quantized_accuracy;
+
+    double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
+    double speedup() const { return float_ms / quantized_ms; }
+};
+
+namespace detail {
+// JSON has no infinity: identical outputs give an SQNR of null.
+inline nlohmann::json finite_or_null(double value) {
+    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+template <class T>
+nlohmann::json value_or_null(const std::optional<T>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+}  // namespace detail
+
+inline nlohmann::json to_json(const quantization_report& report) {
+    nlohmann::json targets = nlohmann::json::array();
+    for (const target_report& t : report.targets)
+        targets.push_back({{"path", t.path}, {"backend", t.backend}, {"options", t.options}});
+    nlohmann::json adjustments = nlohmann::json::array();
+    for (const adjustment& a : report.adjustments)
+        adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
+    nlohmann::json outputs = nlohmann::json::array();
+    for (const output_comparison& output : report.outputs)
+        outputs.push_back({{"name", output.name},
+                           {"sqnr_db", detail::finite_or_null(output.sqnr_db)},
+                           {"max_abs_diff", output.max_abs_diff},
+                           {"mean_abs_diff", output.mean_abs_diff}});
+    nlohmann::json per_layer = nlohmann::json::array();
+    for (const layer_sqnr& layer : report.per_layer)
+        per_layer.push_back({{"name", layer.name}, {"sqnr_db", detail::finite_or_null(layer.sqnr_db)}});
+    nlohmann::json json{
+        {"targets", targets},
+        {"engine", report.engine},
+        {"adjustments", adjustments},
+        {"quantized_ops", report.quantized_ops},
+        {"quantizable_ops", report.quantizable_ops},
+        {"quantizable_kind", report.quantizable_kind},
+        {"evaluation_samples", report.evaluation_samples},
+        {"held_out", report.held_out},
+        {"max_abs_diff", report.max_abs_diff},
+        {"mean_abs_diff", report.mean_abs_diff},
+        {"sqnr_db", detail::finite_or_null(report.sqnr_db)},
+        {"outputs", outputs},
+        {"per_layer", per_layer},
+        {"float_bytes", report.float_bytes},
+        {"quantized_bytes", report.quantized_bytes},
+        {"compression_ratio", report.compression_ratio()},
+        {"batch_size", report.batch_size},
+        {"threads", report.threads},
+        {"float_ms", report.float_ms},
+        {"quantized_ms", report.quantized_ms},
+        {"speedup", report.speedup()},
+        {"quantize_seconds", report.quantize_seconds},
+        {"qat_steps", detail::value_or_null(report.qat_steps)},
+        {"qat_seconds", detail::value_or_null(report.qat_seconds)},
+        {"qat_final_loss", detail::value_or_null(report.qat_final_loss)},
+        {"float_accuracy", detail::value_or_null(report.float_accuracy)},
+        {"quantized_accuracy", detail::value_or_null(report.quantized_accuracy)},
+    };
+    return json;
+}
+
+inline std::string format_table(const quantization_report& report) {
+    std::string text;
+    char line[512];
+    const auto row = [&](const char* name, const std::string& value) {
+        std::snprintf(line, sizeof line, "  %-22s %s\n", name, value.c_str());
+        text += line;
+    };
+    const auto number = [](const char* format, double value) {
+        char buffer[64];
+        std::snprintf(buffer, sizeof buffer, format, value);
+        return std::string(buffer);
+    };
+    text += "targets\n";
+    for (const target_report& t : report.targets) {
+        const std::string spec = t.options.empty() ? t.backend : t.backend + ":" + t.options;
+        row(t.path.empty() ? "(whole model)" : t.path.c_str(), spec);
+    }
+    for (const adjustment& a : report.adjustments)
+        row(("  " + (a.module_path.empty() ? std::string("(model)") : a.module_path)).c_str(), a.change);
+    text += "result (" + report.engine + " engine)\n";
+    row("quantized ops", std::to_string(report.quantized_ops) + " of " + std::to_string(report.quantizable_ops) + " " +
+                             report.quantizable_kind);
+    const std::string data = std::to_string(report.evaluation_samples) + " samples" +
+                             (report.held_out ? ", held out" : ", calibration data (no held-out set given)");
+    row("output SQNR", (std::isfinite(report.sqnr_db) ? number("%.2f dB", report.sqnr_db) : "identical") + " (" + data + ")");
+    row("max / mean |diff|", number("%.5f", report.max_abs_diff) + " / " + number("%.5f", report.mean_abs_diff));
+    for (const output_comparison& output : report.outputs)
+        row(("  output " + output.name).c_str(),
+            (std::isfinite(output.sqnr_db) ? number("%.2f dB", output.sqnr_db) : "identical") + ", max |diff| " +
+                number("%.5f", output.max_abs_diff));
+    if (report.float_accuracy && report.quantized_accuracy)
+        row("top-1 float -> int8",
+            number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " + number("%.2f %%", 100.0 * *report.quantized_accuracy));
+    row("size", number("%.1f KiB", report.float_bytes / 1024.0) + " -> " +
+                    number("%.1f KiB", report.quantized_bytes / 1024.0) + " (" +
+                    number("%.2fx smaller", report.compression_ratio()) + ")");
+    row("latency", number("%.3f ms", report.float_ms) + " -> " + number("%.3f ms", report.quantized_ms) + " (" +
+                       number("%.2fx", report.speedup()) + ", batch " + std::to_string(report.batch_size) + ", " +
+                       std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
+    row("quantize time", number("%.3f s", report.quantize_seconds));
+    if (report.qat_steps)
+        row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
+                                ", final loss " + number("%.4f", *report.qat_final_loss));
+    if (!report.per_layer.empty()) {
+        text += "per layer (output SQNR with only that layer quantized, worst first)\n";
+        for (const layer_sqnr& layer : report.per_layer)
+            row(layer.name.c_str(), std::isfinite(layer.sqnr_db) ? number("%.2f dB", layer.sqnr_db) : "identical");
+    }
+    return text;
+}
+
+}  // namespace versatil::libtorch
