@@ -13,13 +13,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <functional>
 #include <future>
 #include <string>
 #include <vector>
 
+#include "../runtime/archive_surgery.hpp"
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch.hpp"
 #include "versatil/libtorch/demo/models.hpp"
@@ -30,17 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct scratch_directory {
-    fs::path path = fs::temp_directory_path() / ("versatil-faults-" + std::to_string(::getpid()));
-    scratch_directory() { fs::create_directories(path); }
-    ~scratch_directory() { fs::remove_all(path); }
-    std::vector<std::string> files() const {
-        std::vector<std::string> names;
-        for (const auto& entry : fs::directory_iterator(path)) names.push_back(entry.path().filename().string());
-        std::sort(names.begin(), names.end());
-        return names;
-    }
-};
+using versatil::testing::scratch_directory;
 
 // RLIMIT_FSIZE lowered for a scope (the hard limit stays, so it can be raised back).
 class file_size_limit {
@@ -92,11 +81,6 @@ int status_of_child(const std::function<void()>& body) {
     return status;
 }
 
-std::string bytes_of(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
@@ -117,7 +101,7 @@ TEST_CASE("a full device is reported by the write that hit it, with its cause") 
 }
 
 TEST_CASE("past the file-size limit a save is an io_error naming the limit, and the process lives on") {
-    const scratch_directory scratch;
+    const scratch_directory scratch("versatil-faults-");
     const lowered_model model = quantized_cnn("x86_inductor");
     const fs::path output = scratch.path / "q.pt";
     std::string message;
@@ -141,7 +125,7 @@ TEST_CASE("past the file-size limit a save is an io_error naming the limit, and 
 }
 
 TEST_CASE("outputs committed together: one that fails publishes none") {
-    const scratch_directory scratch;
+    const scratch_directory scratch("versatil-faults-");
     const fs::path model_path = scratch.path / "q.pt", report_path = scratch.path / "r.json";
     const lowered_model model = quantized_cnn("xnnpack");
     const std::size_t model_bytes = serialized_bytes(model.module);
@@ -164,11 +148,11 @@ TEST_CASE("outputs committed together: one that fails publishes none") {
     commit_together({&model_file, nullptr, &report_file});
     save(model, scratch.path / "saved.pt");
     CHECK(scratch.files() == std::vector<std::string>{"q.pt", "r.json", "saved.pt"});
-    CHECK(bytes_of(model_path) == bytes_of(scratch.path / "saved.pt"));  // staged or saved: the same archive
+    CHECK(versatil::testing::read_bytes(model_path) == versatil::testing::read_bytes(scratch.path / "saved.pt"));  // staged or saved: the same archive
 }
 
 TEST_CASE("a signal during a staged write removes the temporary under cleanup_on_signals, and only then") {
-    const scratch_directory scratch;
+    const scratch_directory scratch("versatil-faults-");
     const auto interrupted_save = [&](bool with_cleanup) {
         return status_of_child([&] {
             const std::optional<cleanup_on_signals> cleanup =
@@ -257,7 +241,7 @@ TEST_CASE("a checking process stopped from outside is the machine's fault; a cra
 }
 
 TEST_CASE("a file-size limit while checking a model file blames the limit, not the file") {
-    const scratch_directory scratch;
+    const scratch_directory scratch("versatil-faults-");
     const fs::path model = scratch.path / "model.pt";
     small_cnn_mlp(0).save(model.string());
     std::string message;

@@ -22,17 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct scratch_directory {
-    fs::path path = fs::temp_directory_path() / ("versatil-test-" + std::to_string(::getpid()));
-    scratch_directory() { fs::create_directories(path); }
-    ~scratch_directory() { fs::remove_all(path); }
-    std::vector<std::string> files() const {
-        std::vector<std::string> names;
-        for (const auto& entry : fs::directory_iterator(path)) names.push_back(entry.path().filename().string());
-        std::sort(names.begin(), names.end());
-        return names;
-    }
-};
+using versatil::testing::scratch_directory;
 
 // The bytes of a file, as the archive-surgery helpers read them.
 std::string bytes_of(const fs::path& path) { return versatil::testing::read_bytes(path); }

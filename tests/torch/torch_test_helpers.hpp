@@ -4,7 +4,11 @@
 
 #include <torch/script.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +19,22 @@
 #include "versatil/libtorch/pipeline/quantize.hpp"
 
 namespace versatil::testing {
+
+// An empty directory of this process under the temporary directory, removed with its files.
+struct scratch_directory {
+    std::filesystem::path path;
+    explicit scratch_directory(const std::string& prefix = "versatil-test-")
+        : path(std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()))) {
+        std::filesystem::create_directories(path);
+    }
+    ~scratch_directory() { std::filesystem::remove_all(path); }
+    std::vector<std::string> files() const {
+        std::vector<std::string> names;
+        for (const auto& entry : std::filesystem::directory_iterator(path)) names.push_back(entry.path().filename().string());
+        std::sort(names.begin(), names.end());
+        return names;
+    }
+};
 
 // Smooth random images [count, 1, 28, 28]: low-frequency noise, so activations have realistic
 // ranges (white noise would make every layer's range look alike).
