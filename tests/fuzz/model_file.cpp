@@ -120,7 +120,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         2,
         [] {
             const data_file file = load_data_file(scratch_file());
-            return std::string("data ") + (file.calib ? "c" : "") + (file.test ? "t" : "") + (file.test_labels ? "l" : "");
+            return std::string("data ") + (file.calibration.empty() ? "" : "c") + (file.evaluation.empty() ? "" : "t") +
+                   (file.evaluation_labels ? "l" : "");
         },
         error_kind::invalid_data_file);
     return 0;
