@@ -334,6 +334,7 @@ inline std::string class_name(observer_kind kind) {
             // contains that as PyTorch's fp16 placeholder and crashes on ours (SIGSEGV in
             // Graph::createGetAttr, seen with 1.13.1).
             case observer_kind::placeholder: return "DynamicQuantizationObserver";
+            case observer_kind::derived: break;  // nothing to observe (see make_observer)
         }
         throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
     }();
@@ -350,6 +351,7 @@ inline std::string_view statistics_body(observer_kind kind) {
         case observer_kind::moving_average_per_channel_min_max: return moving_average_per_channel_source;
         case observer_kind::histogram: return histogram_source;
         case observer_kind::placeholder: return placeholder_source;
+        case observer_kind::derived: break;
     }
     throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
 }
@@ -386,7 +388,8 @@ inline std::string_view range_source(observer_kind kind) {
         case observer_kind::per_channel_min_max:
         case observer_kind::moving_average_per_channel_min_max: return per_channel_range_source;
         case observer_kind::histogram:
-        case observer_kind::placeholder: return {};
+        case observer_kind::placeholder:
+        case observer_kind::derived: return {};
     }
     return {};
 }
@@ -443,6 +446,7 @@ inline const ::torch::jit::Module& prototype(observer_kind kind) {
         case observer_kind::moving_average_per_channel_min_max: return moving_average_per_channel;
         case observer_kind::histogram: return histogram;
         case observer_kind::placeholder: return placeholder;
+        case observer_kind::derived: break;
     }
     throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
 }
@@ -496,6 +500,9 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
     if (const spec_rule rule = first_violated_rule(spec); rule != spec_rule::ok)
         throw error(error_kind::invalid_argument,
                     "make_observer: invalid quantization spec: " + std::string(to_string(rule)));
+    if (spec.observer == observer_kind::derived)
+        throw error(error_kind::invalid_argument,
+                    "make_observer: a derived spec (an int32 bias) takes its scale from other tensors and has no observer");
     if (spec.is_fake_quantize)
         throw error(error_kind::invalid_argument,
                     "make_observer: the spec asks for fake quantization (QAT); observers here are for "
