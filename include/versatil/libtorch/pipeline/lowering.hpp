@@ -31,6 +31,10 @@ struct lowering_traits {
     // For a backend whose devices LibTorch has none of (a microcontroller): the device LibTorch
     // quantizes and evaluates its model on. Empty: the backend's own devices.
     std::optional<device_type> evaluated_on = std::nullopt;
+    // Set when the engine's clamp (hardtanh, ReLU6, clamp) returns a channels-last input in the
+    // wrong layout: why. lower() then gives each clamp a contiguous copy of its input, and the
+    // report gives this reason.
+    std::string_view clamps_read_contiguous_copies_because = {};
 };
 
 // No definition: a backend without a specialization has no LibTorch lowering.
@@ -59,11 +63,17 @@ struct lowering<XNNPACK> {
 // fixed-point rescale of CMSIS-NN). oneDNN matches it only on CPUs with VNNI; without VNNI its
 // u8*s8 products saturate in 16 bits (measured: up to 100 LSB off with ONEDNN_MAX_CPU_ISA=AVX2,
 // tests/firmware/check_engine.py). XNNPACK's qint8 path has no per-channel linear kernel.
+// QNNPACK's own quint8 clamp ignores the memory format: on the channels-last output of a conv
+// it returns the values in channels-last order under contiguous strides (a ReLU6 off by up to
+// 6.0), so its clamps read contiguous copies.
 template <>
 struct lowering<CortexM> {
-    static constexpr lowering_traits traits{.engine = at::QEngine::QNNPACK,
-                                            .int8_activations_as_quint8 = true,
-                                            .evaluated_on = device_type::cpu};
+    static constexpr lowering_traits traits{
+        .engine = at::QEngine::QNNPACK,
+        .int8_activations_as_quint8 = true,
+        .evaluated_on = device_type::cpu,
+        .clamps_read_contiguous_copies_because =
+            "LibTorch 1.13's QNNPACK clamp on quint8 returns a channels-last input in the wrong layout"};
 };
 
 namespace detail {
