@@ -30,9 +30,12 @@ namespace observer_detail {
 // double, and FLT_MAX's shortest round-trip form does.
 static_assert(std::numeric_limits<float>::max() == 3.4028234663852886e+38);
 
-// versatil::math::choose_qparams, elementwise over 0-d (per tensor) or 1-d (per channel)
-// min/max. Widths and scales are taken in double and rounded to float32 where the core
-// rounds, so the result equals the core's bit for bit. Returns 1-d tensors, as PyTorch does.
+// The qparams methods every class shares. _choose_qparams is versatil::math::choose_qparams,
+// elementwise over 0-d (per tensor) or 1-d (per channel) min/max. Widths and scales are taken
+// in double and rounded to float32 where the core rounds, so the result equals the core's bit
+// for bit. Returns 1-d tensors, as PyTorch does. _unobserved_qparams is PyTorch's fallback for
+// an observer that saw nothing (LibTorch asks anyway, e.g. for the activation observer of a
+// dynamic model).
 inline constexpr std::string_view qparams_source = R"JIT(
 def _choose_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Tensor]:
     largest = 3.4028234663852886e+38
@@ -59,11 +62,7 @@ def _choose_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Ten
     scale = torch.where(unobserved, torch.ones_like(scale), scale)
     zero_point = torch.where(unobserved, torch.zeros_like(zero_point), zero_point)
     return scale.reshape([-1]), zero_point.reshape([-1])
-)JIT";
 
-// PyTorch's fallback for an observer that saw nothing (LibTorch asks anyway, e.g. for the
-// activation observer of a dynamic model).
-inline constexpr std::string_view unobserved_source = R"JIT(
 def _unobserved_qparams(self) -> Tuple[Tensor, Tensor]:
     return torch.ones([1]), torch.zeros([1]).long()
 )JIT";
@@ -377,8 +376,7 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
         observer.register_buffer("min_val", ::torch::zeros({0}));
         observer.register_buffer("max_val", ::torch::zeros({0}));
     }
-    observer.define(std::string(qparams_source) + std::string(unobserved_source) + std::string(range_source(kind)) +
-                    statistics_source(kind, "forward"));
+    observer.define(std::string(qparams_source) + std::string(range_source(kind)) + statistics_source(kind, "forward"));
     observer.eval();
     observer.run_method("reset_min_max_vals");
     return observer;
