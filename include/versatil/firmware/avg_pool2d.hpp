@@ -48,7 +48,7 @@ inline void avg_pool2d(const avg_pool2d_params& p, const std::int8_t* input, std
                                                                : (rows.end - rows.begin) * (cols.end - cols.begin);
                 const std::int32_t mean =
                     count <= 0 ? 0 : (sum >= 0 ? (sum + count / 2) / count : (sum - count / 2) / count);
-                output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(std::int64_t{mean} + p.zero_point, p.range);
+                output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(mean + p.zero_point, p.range);
             }
         }
     }
