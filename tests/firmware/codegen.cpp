@@ -82,6 +82,11 @@ TEST_CASE("validate accepts the synthetic graph and names the op of every malfor
     CHECK(rejection(g) == "versatil::codegen: tensor 0 has zero point 200, outside int8");
 
     g = good;
+    g.ops.clear();
+    g.output = g.input;
+    CHECK(rejection(g) == "versatil::codegen: the graph has no op");
+
+    g = good;
     g.output = 1000;
     CHECK(rejection(g) == "versatil::codegen: the graph's output tensor 1000 does not exist");
 

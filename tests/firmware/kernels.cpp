@@ -118,6 +118,34 @@ conv_case random_conv(std::mt19937& random) {
 
 }  // namespace
 
+TEST_CASE("math/requantize's 32-bit forms equal the 64-bit division formulas they replace") {
+    // The formulas as written before the shifts: x / 2^e rounded half away from zero, and the
+    // one-rounding product for multipliers of one and above.
+    const auto divide = [](std::int32_t x, int e) {
+        if (e <= 0) return x;
+        e = std::min(e, 31);
+        const std::int64_t mask = (std::int64_t{1} << e) - 1, remainder = std::int64_t{x} & mask;
+        return static_cast<std::int32_t>((std::int64_t{x} >> e) + (remainder > (mask >> 1) + (x < 0 ? 1 : 0) ? 1 : 0));
+    };
+    const auto product_rounding = [](std::int32_t x, fixed_point_multiplier m) {
+        const std::int64_t product = std::int64_t{x} * m.multiplier;
+        const std::int64_t half = std::int64_t{1} << (30 - m.shift);
+        const std::int64_t rounded = (product + (product >= 0 ? half : 1 - half)) / (std::int64_t{1} << (31 - m.shift));
+        return static_cast<std::int32_t>(std::clamp<std::int64_t>(rounded, INT32_MIN, INT32_MAX));
+    };
+    std::mt19937 random(10);
+    std::vector<std::int32_t> values{0, 1, -1, 2, -2, INT32_MAX, INT32_MIN, INT32_MIN + 1, 1 << 30, -(1 << 30), 12345, -12345};
+    for (int i = 0; i < 20000; ++i) values.push_back(static_cast<std::int32_t>(random()) >> (random() % 31));
+    for (std::int32_t x : values) {
+        for (int e = 0; e <= 33; ++e) REQUIRE(versatil::math::rounding_divide_by_power_of_two(x, e) == divide(x, e));
+        for (int shift = 1; shift <= 30; ++shift) {
+            const fixed_point_multiplier m{static_cast<std::int32_t>((1U << 30) + (random() >> 2)), shift};
+            REQUIRE(multiply_by_quantized_multiplier(x, m) == product_rounding(x, m));
+            REQUIRE(multiply_by_quantized_multiplier(x, {-m.multiplier, shift}) == product_rounding(x, {-m.multiplier, shift}));
+        }
+    }
+}
+
 TEST_CASE("conv2d equals the integer reference: padding with the zero point, stride, dilation, groups, depthwise") {
     std::mt19937 random(11);
     for (int n = 0; n < 400; ++n) {

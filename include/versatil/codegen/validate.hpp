@@ -105,6 +105,7 @@ inline void validate(const integer_graph& graph) {
             detail::reject_graph("tensor " + std::to_string(t) + " has zero point " + std::to_string(a.zero_point) +
                                  ", outside int8");
     }
+    if (graph.ops.empty()) detail::reject_graph("the graph has no op");
     std::vector<bool> written(tensor_count, false);
     written[static_cast<std::size_t>(graph.input)] = true;
     for (std::size_t i = 0; i < graph.ops.size(); ++i) {

@@ -24,9 +24,8 @@ inline void add(const add_params& p, const std::int8_t* input1, const std::int8_
     for (int i = 0; i < p.elements; ++i) {
         const std::int32_t shifted1 = (input1[i] + p.input1_offset) * (std::int32_t{1} << p.left_shift);
         const std::int32_t shifted2 = (input2[i] + p.input2_offset) * (std::int32_t{1} << p.left_shift);
-        const std::int32_t sum = math::multiply_by_quantized_multiplier(shifted1, p.input1_multiplier) +
-                                 math::multiply_by_quantized_multiplier(shifted2, p.input2_multiplier);
-        output[i] = clamp_to(std::int64_t{math::multiply_by_quantized_multiplier(sum, p.output_multiplier)} + p.output_offset, p.range);
+        const std::int32_t sum = rescale(shifted1, p.input1_multiplier) + rescale(shifted2, p.input2_multiplier);
+        output[i] = to_output(rescale(sum, p.output_multiplier), p.output_offset, p.range);
     }
 }
 

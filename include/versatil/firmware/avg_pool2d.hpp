@@ -41,14 +41,14 @@ inline void avg_pool2d(const avg_pool2d_params& p, const std::int8_t* input, std
                                              ? p.win.kernel_w : p.input.width + p.win.padding_w - ix0);
                 std::int32_t sum = 0;
                 for (int ky = rows.begin; ky < rows.end; ++ky) {
-                    const std::int8_t* row = plane + (iy0 + ky) * p.input.width + ix0;
-                    for (int kx = cols.begin; kx < cols.end; ++kx) sum += row[kx] - p.zero_point;
+                    const int row = (iy0 + ky) * p.input.width + ix0;  // ix0 may be negative
+                    for (int kx = cols.begin; kx < cols.end; ++kx) sum += plane[row + kx] - p.zero_point;
                 }
                 const std::int32_t count = p.count_include_pad ? padded_rows * padded_cols
                                                                : (rows.end - rows.begin) * (cols.end - cols.begin);
                 const std::int32_t mean =
                     count <= 0 ? 0 : (sum >= 0 ? (sum + count / 2) / count : (sum - count / 2) / count);
-                output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(std::int64_t{mean} + p.zero_point, p.range);
+                output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(mean + p.zero_point, p.range);
             }
         }
     }

@@ -29,9 +29,9 @@ inline void max_pool2d(const max_pool2d_params& p, const std::int8_t* input, std
                 const tap_range cols = valid_taps(ix0, p.win.kernel_w, p.win.dilation_w, p.input.width);
                 std::int32_t largest = -128;
                 for (int ky = rows.begin; ky < rows.end; ++ky) {
-                    const std::int8_t* row = plane + (iy0 + ky * p.win.dilation_h) * p.input.width + ix0;
+                    const int row = (iy0 + ky * p.win.dilation_h) * p.input.width + ix0;  // ix0 may be negative
                     for (int kx = cols.begin; kx < cols.end; ++kx)
-                        if (row[kx * p.win.dilation_w] > largest) largest = row[kx * p.win.dilation_w];
+                        if (plane[row + kx * p.win.dilation_w] > largest) largest = plane[row + kx * p.win.dilation_w];
                 }
                 output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(largest, p.range);
             }

@@ -18,18 +18,36 @@ struct activation_range {
     friend constexpr bool operator==(const activation_range&, const activation_range&) = default;
 };
 
-constexpr std::int8_t clamp_to(std::int64_t level, activation_range range) noexcept {
+constexpr std::int8_t clamp_to(std::int32_t level, activation_range range) noexcept {
     return static_cast<std::int8_t>(level < range.min ? range.min : (level > range.max ? range.max : level));
+}
+
+// accumulator * multiplier, as math::multiply_by_quantized_multiplier computes it (the same
+// function for multipliers of one and above), with the common case (below one: a
+// doubling high multiply and a rounding shift, all in 32-bit results) inlined into the
+// kernels' loops.
+constexpr std::int32_t rescale(std::int32_t accumulator, math::fixed_point_multiplier m) noexcept {
+    if (m.shift > 0) return math::multiply_by_quantized_multiplier(accumulator, m);
+    return math::rounding_divide_by_power_of_two(math::saturating_rounding_doubling_high_mul(accumulator, m.multiplier), -m.shift);
+}
+
+// A rescaled value plus the output zero point (|offset| <= 255), clamped to the range: the
+// value is first held within +-2^16, which changes nothing after the int8 clamp and keeps
+// the sum in 32 bits.
+constexpr std::int8_t to_output(std::int32_t rescaled, std::int32_t output_offset, activation_range range) noexcept {
+    constexpr std::int32_t bound = 1 << 16;
+    const std::int32_t held = rescaled < -bound ? -bound : (rescaled > bound ? bound : rescaled);
+    return clamp_to(held + output_offset, range);
 }
 
 // accumulator + bias saturates at the int32 limits (a bias rounded from a tiny weight scale
 // can sit near them), then requantizes.
 constexpr std::int8_t requantize_output(std::int32_t accumulator, std::int32_t bias, math::fixed_point_multiplier m,
                                         std::int32_t output_offset, activation_range range) noexcept {
-    constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
-    const std::int64_t sum = std::int64_t{accumulator} + bias;
-    const auto biased = static_cast<std::int32_t>(sum < lo ? lo : (sum > hi ? hi : sum));
-    return clamp_to(std::int64_t{math::multiply_by_quantized_multiplier(biased, m)} + output_offset, range);
+    std::int32_t biased = 0;
+    if (__builtin_add_overflow(accumulator, bias, &biased))
+        biased = bias > 0 ? std::numeric_limits<std::int32_t>::max() : std::numeric_limits<std::int32_t>::min();
+    return to_output(rescale(biased, m), output_offset, range);
 }
 
 }  // namespace versatil::firmware

@@ -77,9 +77,8 @@ inline std::string first_line(const std::string& message) {
     const auto [first, end] = line_at(0);
     if (first == "The following operation failed in the TorchScript interpreter.") {
         const std::size_t last_end = message.find_last_not_of("\n \t");
-        const std::size_t last_start = message.rfind('\n', last_end);
-        return message.substr(last_start == std::string::npos ? 0 : last_start + 1,
-                              last_end - (last_start == std::string::npos ? 0 : last_start + 1) + 1);
+        const std::size_t last_start = message.rfind('\n', last_end) + 1;  // 0 when it is the first line (npos + 1)
+        return message.substr(last_start, last_end - last_start + 1);
     }
     if (first.empty() || first.back() != ':') return first;
     return first + " " + line_at(end).first;

@@ -65,14 +65,15 @@ constexpr std::int32_t saturating_rounding_doubling_high_mul(std::int32_t a, std
     return static_cast<std::int32_t>((product + nudge) / (std::int64_t{1} << 31));
 }
 
-// gemmlowp's RoundingDivideByPOT: x / 2^exponent rounded half away from zero.
+// gemmlowp's RoundingDivideByPOT: x / 2^exponent rounded half away from zero. In 32 bits, as
+// gemmlowp computes it, so a 32-bit microcontroller runs it without 64-bit arithmetic.
 constexpr std::int32_t rounding_divide_by_power_of_two(std::int32_t x, int exponent) noexcept {
     if (exponent <= 0) return x;
     if (exponent > 31) exponent = 31;
-    const std::int64_t mask = (std::int64_t{1} << exponent) - 1;
-    const std::int64_t remainder = std::int64_t{x} & mask;
-    const std::int64_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
-    return static_cast<std::int32_t>((std::int64_t{x} >> exponent) + (remainder > threshold ? 1 : 0));
+    const std::uint32_t mask = (std::uint32_t{1} << exponent) - 1U;
+    const std::uint32_t remainder = static_cast<std::uint32_t>(x) & mask;
+    const std::uint32_t threshold = (mask >> 1) + (x < 0 ? 1U : 0U);
+    return (x >> exponent) + (remainder > threshold ? 1 : 0);
 }
 
 // x * real_multiplier in integer arithmetic (TFLite's MultiplyByQuantizedMultiplier). For
@@ -85,7 +86,11 @@ constexpr std::int32_t multiply_by_quantized_multiplier(std::int32_t x, fixed_po
     const std::int64_t product = std::int64_t{x} * m.multiplier;  // |product| < 2^62
     const int exponent = 31 - m.shift;                             // 1..30
     const std::int64_t half = std::int64_t{1} << (exponent - 1);
-    const std::int64_t rounded = (product + (product >= 0 ? half : 1 - half)) / (std::int64_t{1} << exponent);
+    // (product + nudge) / 2^exponent, truncating toward zero, with shifts: a division by a
+    // variable power of two would be a library call (__aeabi_ldivmod) on a 32-bit target.
+    const std::int64_t nudged = product + (product >= 0 ? half : 1 - half);
+    const std::int64_t floor = nudged >> exponent;
+    const std::int64_t rounded = floor + (nudged < 0 && (nudged & ((half << 1) - 1)) != 0 ? 1 : 0);
     constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
     return static_cast<std::int32_t>(rounded < lo ? lo : (rounded > hi ? hi : rounded));
 }

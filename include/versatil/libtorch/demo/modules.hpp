@@ -93,13 +93,19 @@ inline at::Tensor constant_parameter(at::IntArrayRef shape, double value) {
     return at::full(shape, value, at::kFloat).requires_grad_(true);
 }
 
-// `bias=False` the way scripted nn modules have it: a `bias` parameter slot of type
-// Optional[Tensor] holding None (not listed by parameters()). 1.13's FoldConvBatchNorm puts the
-// folded bias there. Without the slot it adds one to the *class*, which breaks every other
-// instance sharing that class.
-inline void register_absent_bias(::torch::jit::Module& module) {
-    module.register_attribute("bias", c10::OptionalType::create(c10::TensorType::get()), c10::IValue(),
-                              /*is_param=*/true);
+// `weight` of `shape` and `bias` [shape[0]], each from U(-bound, bound), as nn.Conv2d and
+// nn.Linear have them. Without `bias`, the way scripted nn modules have `bias=False`: a `bias`
+// parameter slot of type Optional[Tensor] holding None (not listed by parameters()). 1.13's
+// FoldConvBatchNorm puts the folded bias there. Without the slot it adds one to the *class*,
+// which breaks every other instance sharing that class.
+inline void register_weight_and_bias(::torch::jit::Module& module, at::IntArrayRef shape, double bound, uint64_t seed,
+                                     bool bias) {
+    module.register_parameter("weight", uniform_parameter(shape, bound, mix_seed(seed, 0)), false);
+    if (bias)
+        module.register_parameter("bias", uniform_parameter({shape[0]}, bound, mix_seed(seed, 1)), false);
+    else
+        module.register_attribute("bias", c10::OptionalType::create(c10::TensorType::get()), c10::IValue(),
+                                  /*is_param=*/true);
 }
 
 // Instance state added to a module after its class exists: parameters, buffers, attributes.
@@ -146,10 +152,8 @@ inline ::torch::jit::Module instantiate(const std::string& qualified_name, const
 // TorchScript code that calls `children` in order, each on the previous result.
 inline std::string chained_forward_source(const std::vector<named_module>& children) {
     std::string source = "def forward(self, x: Tensor) -> Tensor:\n";
-    for (const auto& [name, child] : children) {
-        (void)child;
-        source += "    x = getattr(self, \"" + name + "\").forward(x)\n";
-    }
+    for (const named_module& child : children)
+        source += "    x = getattr(self, \"" + child.first + "\").forward(x)\n";
     return source + "    return x\n";
 }
 
@@ -194,16 +198,8 @@ inline ::torch::jit::Module conv2d(int64_t in_channels, int64_t out_channels, in
     return detail::instantiate(
         torch_nn_class::conv2d, options.bias ? "bias" : "no-bias", {},
         [&](::torch::jit::Module& module) {
-            module.register_parameter(
-                "weight",
-                detail::uniform_parameter({out_channels, in_channels / options.groups, kernel, kernel}, bound,
-                                          detail::mix_seed(seed, 0)),
-                false);
-            if (options.bias)
-                module.register_parameter("bias", detail::uniform_parameter({out_channels}, bound, detail::mix_seed(seed, 1)),
-                                          false);
-            else
-                detail::register_absent_bias(module);
+            detail::register_weight_and_bias(module, {out_channels, in_channels / options.groups, kernel, kernel}, bound,
+                                             seed, options.bias);
         },
         source);
 }
@@ -248,14 +244,7 @@ inline ::torch::jit::Module linear(int64_t in_features, int64_t out_features, ui
     return detail::instantiate(
         torch_nn_class::linear, bias ? "bias" : "no-bias", {},
         [&](::torch::jit::Module& module) {
-            module.register_parameter(
-                "weight", detail::uniform_parameter({out_features, in_features}, bound, detail::mix_seed(seed, 0)),
-                false);
-            if (bias)
-                module.register_parameter("bias", detail::uniform_parameter({out_features}, bound, detail::mix_seed(seed, 1)),
-                                          false);
-            else
-                detail::register_absent_bias(module);
+            detail::register_weight_and_bias(module, {out_features, in_features}, bound, seed, bias);
         },
         source);
 }

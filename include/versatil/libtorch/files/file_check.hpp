@@ -39,7 +39,7 @@
 #include "versatil/libtorch/files/pickle_scan.hpp"
 #include "versatil/libtorch/files/temporaries.hpp"
 #include "versatil/libtorch/files/zip_layout.hpp"
-#include "versatil/libtorch/pipeline/process_state_lock.hpp"
+#include "versatil/libtorch/pipeline/engine.hpp"
 
 namespace versatil::libtorch {
 
@@ -67,47 +67,6 @@ inline std::uint32_t stored_crc32(const zip::file_bytes& bytes, const zip::recor
     }
     return crc;
 }
-
-}  // namespace detail
-
-// Throws error(kind) naming `path` and the first problem; `what` is "model file" or "data file".
-inline void check_archive(const std::filesystem::path& path, error_kind kind, std::string_view what) {
-    const auto fail = [&](const std::string& problem) {
-        throw error(kind, std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
-    };
-    if (!std::filesystem::is_regular_file(path))
-        throw error(kind, std::string(what) + " '" + path.string() + "' does not exist");
-    const zip::file_bytes bytes(path.string());
-    if (!bytes.is_open()) fail("it cannot be opened");
-    const zip::layout layout = zip::read_layout(bytes);
-    if (!layout.ok()) fail(layout.problem);
-    try {
-        // The layout bounds every record's size by its bytes in the file, so reading records
-        // (inflating the deflated ones) allocates no more than the file can justify.
-        caffe2::serialize::PyTorchStreamReader reader(path.string());
-        const std::string prefix = layout.records.empty() ? "" : layout.records.front().name.substr(
-                                                                      0, layout.records.front().name.find('/') + 1);
-        for (const zip::record& record : layout.records) {
-            const std::string name = record.name.substr(prefix.size());
-            const bool is_pickle = name.ends_with("pkl");
-            std::optional<std::tuple<at::DataPtr, std::size_t>> content;
-            if (record.method != 0 || is_pickle) content = reader.getRecord(name);
-            const std::uint32_t crc = content ? detail::crc32_of(std::get<0>(*content).get(), std::get<1>(*content))
-                                              : detail::stored_crc32(bytes, record);
-            if (crc != record.crc32)
-                fail("record '" + name + "' fails its CRC-32 check: the file is damaged");
-            if (!is_pickle) continue;
-            const std::string_view pickle(static_cast<const char*>(std::get<0>(*content).get()), std::get<1>(*content));
-            if (auto problem = pickle::find_problem(pickle)) fail("'" + name + "': " + *problem);
-        }
-    } catch (const error&) {
-        throw;
-    } catch (const std::exception& failure) {
-        fail(one_line(failure));
-    }
-}
-
-namespace detail {
 
 // The bytes a tensor reaches from the start of its storage (0 when it has no elements), or
 // nullopt when a stride or offset is negative or the product overflows.
@@ -172,6 +131,43 @@ inline std::optional<std::string> find_constant_past_storage(const ::torch::jit:
 
 }  // namespace detail
 
+// Throws error(kind) naming `path` and the first problem; `what` is "model file" or "data file".
+inline void check_archive(const std::filesystem::path& path, error_kind kind, std::string_view what) {
+    const auto fail = [&](const std::string& problem) {
+        throw error(kind, std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
+    };
+    if (!std::filesystem::is_regular_file(path))
+        throw error(kind, std::string(what) + " '" + path.string() + "' does not exist");
+    const zip::file_bytes bytes(path.string());
+    if (!bytes.is_open()) fail("it cannot be opened");
+    const zip::layout layout = zip::read_layout(bytes);
+    if (!layout.ok()) fail(layout.problem);
+    try {
+        // The layout bounds every record's size by its bytes in the file, so reading records
+        // (inflating the deflated ones) allocates no more than the file can justify.
+        caffe2::serialize::PyTorchStreamReader reader(path.string());
+        const std::string prefix = layout.records.empty() ? "" : layout.records.front().name.substr(
+                                                                      0, layout.records.front().name.find('/') + 1);
+        for (const zip::record& record : layout.records) {
+            const std::string name = record.name.substr(prefix.size());
+            const bool is_pickle = name.ends_with("pkl");
+            std::optional<std::tuple<at::DataPtr, std::size_t>> content;
+            if (record.method != 0 || is_pickle) content = reader.getRecord(name);
+            const std::uint32_t crc = content ? detail::crc32_of(std::get<0>(*content).get(), std::get<1>(*content))
+                                              : detail::stored_crc32(bytes, record);
+            if (crc != record.crc32)
+                fail("record '" + name + "' fails its CRC-32 check: the file is damaged");
+            if (!is_pickle) continue;
+            const std::string_view pickle(static_cast<const char*>(std::get<0>(*content).get()), std::get<1>(*content));
+            if (auto problem = pickle::find_problem(pickle)) fail("'" + name + "': " + *problem);
+        }
+    } catch (const error&) {
+        throw;
+    } catch (const std::exception& failure) {
+        fail(one_line(failure));
+    }
+}
+
 // The first tensor attribute or graph constant of `module` or its submodules that reaches past
 // its storage, or whose storage declares more than its allocation holds, described; nullopt
 // when every one fits.
@@ -183,6 +179,17 @@ inline std::optional<std::string> find_tensor_past_storage(const ::torch::jit::M
             if (auto problem = detail::find_constant_past_storage(method.graph()->block())) return problem;
     return std::nullopt;
 }
+
+// Where a file's TorchScript source is first compiled.
+enum class compile_source {
+    // The default: in a child process, which saves the module again for this process to load.
+    // A crash in LibTorch's compiler ends the child; the cost is a fork (it grows with this
+    // process's resident memory) and a save (benchmarks/RESULTS.md, "Loading a file, checked").
+    in_child_process,
+    // For files this program wrote itself: no child. The archive, CRC, pickle and tensor checks
+    // still run, so damage is still caught; source crafted to crash the compiler is not.
+    in_process,
+};
 
 namespace detail {
 
@@ -325,20 +332,6 @@ inline std::optional<check_failure> resave_in_child(const std::filesystem::path&
     return describe_child_end(status, message, file_kind);
 }
 
-}  // namespace detail
-
-// Where a file's TorchScript source is first compiled.
-enum class compile_source {
-    // The default: in a child process, which saves the module again for this process to load.
-    // A crash in LibTorch's compiler ends the child; the cost is a fork (it grows with this
-    // process's resident memory) and a save (benchmarks/RESULTS.md, "Loading a file, checked").
-    in_child_process,
-    // For files this program wrote itself: no child. The archive, CRC, pickle and tensor checks
-    // still run, so damage is still caught; source crafted to crash the compiler is not.
-    in_process,
-};
-
-namespace detail {
 // load_checked after check_archive(path) passed.
 inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& path, error_kind kind,
                                                  std::string_view what, compile_source where) {
@@ -364,6 +357,7 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
                               "' is not a valid TorchScript file (truncated or corrupt?): " + one_line(failure));
     }
 }
+
 }  // namespace detail
 
 // torch::jit::load for a file that may be corrupt: every check above, and each failure an

@@ -90,12 +90,10 @@ inline void save_module(const ::torch::jit::Module& module, const std::filesyste
     file.commit();
 }
 
+// Writes a lowered model and its metadata as save_module does.
 inline void save(const lowered_model& model, const std::filesystem::path& output,
                  const std::optional<std::filesystem::path>& input_model = std::nullopt) {
-    refuse_input_as_output(output, input_model);
-    output_file file(output);
-    write_quantized(file, model);
-    file.commit();
+    save_module(model.module, output, {{metadata_file, metadata_of(model).dump(2)}}, input_model);
 }
 
 namespace detail {

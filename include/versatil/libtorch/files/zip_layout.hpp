@@ -103,10 +103,12 @@ struct directory {
 
 template <ByteSource Source>
 std::optional<directory> find_directory(const Source& source, std::string& problem) {
-    if (source.size() < end_size) {
-        problem = "it is " + std::to_string(source.size()) + " bytes long: too short to be a zip archive";
+    const auto fail = [&problem](std::string text) -> std::optional<directory> {
+        problem = std::move(text);
         return std::nullopt;
-    }
+    };
+    if (source.size() < end_size)
+        return fail("it is " + std::to_string(source.size()) + " bytes long: too short to be a zip archive");
     // The end record sits at the end, followed by a comment of at most 65535 bytes.
     const std::uint64_t tail_size = std::min<std::uint64_t>(source.size(), end_size + 0xffff);
     const std::optional<std::string> tail = source.read(source.size() - tail_size, tail_size);
@@ -114,16 +116,11 @@ std::optional<directory> find_directory(const Source& source, std::string& probl
     for (std::size_t at = tail ? tail->size() - end_size + 1 : 0; !end_at && at-- > 0;)
         if (field(*tail, at, 4) == end_signature && at + end_size + field(*tail, at + 20, 2) == tail->size())
             end_at = at;
-    if (!end_at) {
-        problem = "it has no zip end record: not a zip archive, or truncated";
-        return std::nullopt;
-    }
+    if (!end_at) return fail("it has no zip end record: not a zip archive, or truncated");
     const std::string_view end = std::string_view(*tail).substr(*end_at, end_size);
     directory found{field(end, 16, 4), field(end, 12, 4), field(end, 10, 2), source.size() - tail_size + *end_at};
-    if (field(end, 4, 2) != 0 || field(end, 6, 2) != 0) {
-        problem = "it is a multi-disk zip archive";
-        return std::nullopt;
-    }
+    if (field(end, 4, 2) != 0 || field(end, 6, 2) != 0)
+        return fail("it is a multi-disk zip archive");
     // A zip64 locator just before the end record points at the zip64 end record, whose fields
     // replace the 16- and 32-bit ones (PyTorch writes both).
     if (const auto locator = found.end >= zip64_locator_size
@@ -134,22 +131,16 @@ std::optional<directory> find_directory(const Source& source, std::string& probl
         const auto zip64 = locator_at >= zip64_end_size && zip64_at <= locator_at - zip64_end_size
                                ? source.read(zip64_at, zip64_end_size)
                                : std::nullopt;
-        if (!zip64 || field(*zip64, 0, 4) != zip64_end_signature) {
-            problem = "its zip64 end record is missing or corrupt";
-            return std::nullopt;
-        }
+        if (!zip64 || field(*zip64, 0, 4) != zip64_end_signature)
+            return fail("its zip64 end record is missing or corrupt");
         found = {field(*zip64, 48, 8), field(*zip64, 40, 8), field(*zip64, 32, 8), zip64_at};
     }
-    if (found.offset > found.end || found.size > found.end - found.offset) {
-        problem = "its central directory (" + std::to_string(found.size) + " bytes at offset " +
-                  std::to_string(found.offset) + ") lies outside the file";
-        return std::nullopt;
-    }
-    if (found.count > found.size / central_size) {
-        problem = "it declares " + std::to_string(found.count) + " records, more than its " +
-                  std::to_string(found.size) + "-byte central directory can describe";
-        return std::nullopt;
-    }
+    if (found.offset > found.end || found.size > found.end - found.offset)
+        return fail("its central directory (" + std::to_string(found.size) + " bytes at offset " +
+                    std::to_string(found.offset) + ") lies outside the file");
+    if (found.count > found.size / central_size)
+        return fail("it declares " + std::to_string(found.count) + " records, more than its " +
+                    std::to_string(found.size) + "-byte central directory can describe");
     return found;
 }
 
@@ -187,26 +178,23 @@ template <ByteSource Source>
 layout read_layout(const Source& source) {
     using namespace detail;
     layout result;
+    const auto fail = [&result](std::string problem) {
+        result.problem = std::move(problem);
+        return result;
+    };
     const std::optional<directory> dir = find_directory(source, result.problem);
     if (!dir) return result;
     const std::optional<std::string> read = source.read(dir->offset, dir->size);
-    if (!read) {
-        result.problem = "its central directory cannot be read";
-        return result;
-    }
+    if (!read) return fail("its central directory cannot be read");
     const std::string& central = *read;
     std::size_t at = 0;
     for (std::uint64_t index = 0; index < dir->count; ++index) {
-        if (at + central_size > central.size() || field(central, at, 4) != central_signature) {
-            result.problem = "central directory entry " + std::to_string(index) + " is corrupt";
-            return result;
-        }
+        if (at + central_size > central.size() || field(central, at, 4) != central_signature)
+            return fail("central directory entry " + std::to_string(index) + " is corrupt");
         const std::size_t name_length = field(central, at + 28, 2), extra_length = field(central, at + 30, 2),
                           comment_length = field(central, at + 32, 2);
-        if (at + central_size + name_length + extra_length + comment_length > central.size()) {
-            result.problem = "central directory entry " + std::to_string(index) + " runs past the directory";
-            return result;
-        }
+        if (at + central_size + name_length + extra_length + comment_length > central.size())
+            return fail("central directory entry " + std::to_string(index) + " runs past the directory");
         record entry{central.substr(at + central_size, name_length), static_cast<std::uint16_t>(field(central, at + 10, 2)),
                      field(central, at + 20, 4), field(central, at + 24, 4), 0, 0,
                      static_cast<std::uint32_t>(field(central, at + 16, 4))};
@@ -215,43 +203,28 @@ layout read_layout(const Source& source) {
         const std::string_view extra = std::string_view(central).substr(at + central_size + name_length, extra_length);
         at += central_size + name_length + extra_length + comment_length;
         const std::string name = describe(index, entry);
-        if (!read_zip64_extra(extra, entry, header_offset)) {
-            result.problem = name + " has a corrupt zip64 size field";
-            return result;
-        }
-        if (encrypted) {
-            result.problem = name + " is encrypted";
-            return result;
-        }
-        if (entry.method != 0 && entry.method != 8) {
-            result.problem = name + " uses compression method " + std::to_string(entry.method) +
-                             "; only stored (0) and deflated (8) records can be read";
-            return result;
-        }
-        if (entry.method == 0 && entry.size != entry.compressed_size) {
-            result.problem = name + " is stored with " + std::to_string(entry.compressed_size) +
-                             " bytes but declares " + std::to_string(entry.size);
-            return result;
-        }
+        if (!read_zip64_extra(extra, entry, header_offset))
+            return fail(name + " has a corrupt zip64 size field");
+        if (encrypted) return fail(name + " is encrypted");
+        if (entry.method != 0 && entry.method != 8)
+            return fail(name + " uses compression method " + std::to_string(entry.method) +
+                        "; only stored (0) and deflated (8) records can be read");
+        if (entry.method == 0 && entry.size != entry.compressed_size)
+            return fail(name + " is stored with " + std::to_string(entry.compressed_size) +
+                        " bytes but declares " + std::to_string(entry.size));
         if (entry.method == 8 && (entry.size - std::min<std::uint64_t>(entry.size, 64)) / max_deflate_ratio >
-                                     entry.compressed_size) {
-            result.problem = name + " declares " + std::to_string(entry.size) + " bytes inflated from " +
-                             std::to_string(entry.compressed_size) + ": more than deflate can produce";
-            return result;
-        }
+                                     entry.compressed_size)
+            return fail(name + " declares " + std::to_string(entry.size) + " bytes inflated from " +
+                        std::to_string(entry.compressed_size) + ": more than deflate can produce");
         const std::optional<std::string> local =
             header_offset < dir->offset ? source.read(header_offset, local_size) : std::nullopt;
-        if (!local || field(*local, 0, 4) != local_signature) {
-            result.problem = name + " has no local header at offset " + std::to_string(header_offset);
-            return result;
-        }
+        if (!local || field(*local, 0, 4) != local_signature)
+            return fail(name + " has no local header at offset " + std::to_string(header_offset));
         entry.local_header_offset = header_offset;
         entry.data_offset = header_offset + local_size + field(*local, 26, 2) + field(*local, 28, 2);
-        if (entry.data_offset > dir->offset || entry.compressed_size > dir->offset - entry.data_offset) {
-            result.problem = name + " (" + std::to_string(entry.compressed_size) + " bytes at offset " +
-                             std::to_string(entry.data_offset) + ") runs past the end of the data";
-            return result;
-        }
+        if (entry.data_offset > dir->offset || entry.compressed_size > dir->offset - entry.data_offset)
+            return fail(name + " (" + std::to_string(entry.compressed_size) + " bytes at offset " +
+                        std::to_string(entry.data_offset) + ") runs past the end of the data");
         result.records.push_back(std::move(entry));
     }
     return result;

@@ -1,9 +1,14 @@
 // The process-wide LibTorch state that quantized lowering and inference depend on: the
 // quantized engine (weights are packed for it), denormal flushing and the intra-op thread
 // count. `engine_scope` sets them and restores the exact previous values when it ends, as
-// the core's scoped_environment does for environment variables. It holds the LibTorch state
-// lock while it lives (process_state_lock.hpp): scopes on two threads take turns instead of
-// crossing engines.
+// the core's scoped_environment does for environment variables.
+//
+// Two threads quantizing at once would cross engines (weights packed for one engine and run
+// under the other). So everything in this layer that sets that state, or forks, holds one
+// recursive lock, libtorch_state_mutex: quantize() for its whole run, engine_scope for its
+// lifetime, the model-file check around its fork (a child forked while another thread is
+// inside LibTorch could inherit a mutex held locked, and wait on it forever). Calls from
+// several threads work; they take turns.
 #pragma once
 
 #include <ATen/Context.h>
@@ -21,9 +26,15 @@
 #endif
 
 #include "versatil/libtorch/error.hpp"
-#include "versatil/libtorch/pipeline/process_state_lock.hpp"
 
 namespace versatil::libtorch {
+
+namespace detail {
+inline std::recursive_mutex& libtorch_state_mutex() {
+    static std::recursive_mutex mutex;
+    return mutex;
+}
+}  // namespace detail
 
 inline std::string engine_name(at::QEngine engine) {
     switch (engine) {

@@ -51,16 +51,10 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
     module.register_attribute("fake_quant_enabled", c10::BoolType::get(), true);
     module.register_buffer("min_val", ::torch::zeros({0}));
     module.register_buffer("max_val", ::torch::zeros({0}));
-    module.define(std::string(observer_detail::qparams_source) + std::string(observer_detail::unobserved_source) +
-                  observer_detail::statistics_source(kind, "_observe") + std::string(observer_detail::range_source(kind)) +
-                  std::string(forward_source));
+    module.define(std::string(observer_detail::qparams_source) + observer_detail::statistics_source(kind, "_observe") +
+                  std::string(observer_detail::range_source(kind)) + std::string(forward_source));
+    module.run_method("reset_min_max_vals");
     return module;
-}
-
-inline const ::torch::jit::Module& prototype(observer_kind kind) {
-    static const ::torch::jit::Module per_tensor = compile_prototype(observer_kind::moving_average_min_max);
-    static const ::torch::jit::Module per_channel = compile_prototype(observer_kind::moving_average_per_channel_min_max);
-    return is_per_channel(kind) ? per_channel : per_tensor;
 }
 
 }  // namespace fake_quantize_detail
@@ -74,9 +68,11 @@ inline ::torch::jit::Module make_fake_quantize(const quantization_spec& spec) {
         throw error(error_kind::invalid_argument,
                     "make_fake_quantize: the spec must be a fake-quantize spec with a moving-average observer "
                     "(a backend's qat option gives one)");
-    ::torch::jit::Module module = fake_quantize_detail::prototype(spec.observer).deepcopy();
+    ::torch::jit::Module module =
+        observer_detail::prototype<fake_quantize_detail::compile_prototype, observer_kind::moving_average_min_max,
+                                   observer_kind::moving_average_per_channel_min_max>(spec.observer)
+            .deepcopy();
     observer_detail::write_spec(module, spec);
-    observer_detail::reset_statistics(module, spec.observer);
     return module;
 }
 

@@ -45,10 +45,7 @@ inline bool is_fused_fast_path(const ::torch::jit::Node* node) {
     constexpr std::array<std::string_view, 3> kinds{"aten::_transformer_encoder_layer_fwd",
                                                     "aten::_native_multi_head_attention",
                                                     "aten::_transformer_decoder_only_layer_fwd"};
-    const std::string_view kind = node->kind().toQualString();
-    for (std::string_view fused : kinds)
-        if (kind == fused) return true;
-    return false;
+    return std::ranges::find(kinds, std::string_view(node->kind().toQualString())) != kinds.end();
 }
 
 inline bool block_has_fast_path(::torch::jit::Block* block) {

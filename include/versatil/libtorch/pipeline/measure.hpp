@@ -166,20 +166,17 @@ inline std::map<std::string, std::int64_t> executed_ops(const ::torch::jit::Modu
     std::map<std::string, std::int64_t> counts;
     ::torch::jit::Module module = model;
     const ::torch::NoGradGuard no_grad;
-    detail::executed_op_counts = &counts;
-    const at::CallbackHandle handle = at::addThreadLocalCallback(
-        at::RecordFunctionCallback(&detail::count_executed_op).scopes({at::RecordScope::FUNCTION}));
-    const auto stop = [&] {
-        at::removeCallback(handle);
-        detail::executed_op_counts = nullptr;
+    struct counting {  // stops counting when the scope ends, by return or by exception
+        at::CallbackHandle handle;
+        ~counting() {
+            at::removeCallback(handle);
+            detail::executed_op_counts = nullptr;
+        }
     };
-    try {
-        module.forward(inputs.arguments());
-    } catch (...) {
-        stop();
-        throw;
-    }
-    stop();
+    detail::executed_op_counts = &counts;
+    const counting scope{at::addThreadLocalCallback(
+        at::RecordFunctionCallback(&detail::count_executed_op).scopes({at::RecordScope::FUNCTION}))};
+    module.forward(inputs.arguments());
     return counts;
 }
 

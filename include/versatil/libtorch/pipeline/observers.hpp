@@ -13,6 +13,7 @@
 
 #include <torch/script.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -29,9 +30,12 @@ namespace observer_detail {
 // double, and FLT_MAX's shortest round-trip form does.
 static_assert(std::numeric_limits<float>::max() == 3.4028234663852886e+38);
 
-// versatil::math::choose_qparams, elementwise over 0-d (per tensor) or 1-d (per channel)
-// min/max. Widths and scales are taken in double and rounded to float32 where the core
-// rounds, so the result equals the core's bit for bit. Returns 1-d tensors, as PyTorch does.
+// The qparams methods every class shares. _choose_qparams is versatil::math::choose_qparams,
+// elementwise over 0-d (per tensor) or 1-d (per channel) min/max. Widths and scales are taken
+// in double and rounded to float32 where the core rounds, so the result equals the core's bit
+// for bit. Returns 1-d tensors, as PyTorch does. _unobserved_qparams is PyTorch's fallback for
+// an observer that saw nothing (LibTorch asks anyway, e.g. for the activation observer of a
+// dynamic model).
 inline constexpr std::string_view qparams_source = R"JIT(
 def _choose_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Tensor]:
     largest = 3.4028234663852886e+38
@@ -58,16 +62,13 @@ def _choose_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Ten
     scale = torch.where(unobserved, torch.ones_like(scale), scale)
     zero_point = torch.where(unobserved, torch.zeros_like(zero_point), zero_point)
     return scale.reshape([-1]), zero_point.reshape([-1])
-)JIT";
 
-// PyTorch's fallback for an observer that saw nothing (LibTorch asks anyway, e.g. for the
-// activation observer of a dynamic model).
-inline constexpr std::string_view unobserved_source = R"JIT(
 def _unobserved_qparams(self) -> Tuple[Tensor, Tensor]:
     return torch.ones([1]), torch.zeros([1]).long()
 )JIT";
 
-// What every per-tensor statistic shares: reset, and qparams from the running min / max.
+// What every per-tensor statistic shares: reset (min = inf and max = -inf, so min > max says
+// "unobserved"), and qparams from the running min / max.
 inline constexpr std::string_view per_tensor_range_source = R"JIT(
 def reset_min_max_vals(self):
     self.min_val = torch.full([1], float("inf")).reshape([])
@@ -77,36 +78,8 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
     return self._choose_qparams(self.min_val, self.max_val)
 )JIT";
 
-inline constexpr std::string_view min_max_source = R"JIT(
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach().float()
-    current_min, current_max = torch.aminmax(x)
-    self.min_val = torch.min(current_min, self.min_val)
-    self.max_val = torch.max(current_max, self.max_val)
-    return x_orig
-
-)JIT";
-
-// As MovingAverageMinMaxObserver: the first batch sets the range, later ones move it by
-// averaging_constant (computed in float32, like PyTorch's tensor arithmetic).
-inline constexpr std::string_view moving_average_source = R"JIT(
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach().float()
-    current_min, current_max = torch.aminmax(x)
-    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-        self.min_val = current_min
-        self.max_val = current_max
-    else:
-        self.min_val = self.min_val + self.averaging_constant * (current_min - self.min_val)
-        self.max_val = self.max_val + self.averaging_constant * (current_max - self.max_val)
-    return x_orig
-
-)JIT";
-
-// What every per-channel statistic shares: reset, and qparams from the running min / max
-// (empty min/max means nothing observed yet).
+// What every per-channel statistic shares: reset (empty min/max means nothing observed yet;
+// the channel count comes with the first batch), and qparams from the running min / max.
 inline constexpr std::string_view per_channel_range_source = R"JIT(
 def reset_min_max_vals(self):
     self.min_val = torch.zeros([0])
@@ -118,9 +91,22 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
     return self._choose_qparams(self.min_val, self.max_val)
 )JIT";
 
+// The head of a min/max statistic, one per layout: the batch's range as current_min /
+// current_max, which the first batch takes as it is; an `else:` branch follows (the update).
+inline constexpr std::string_view per_tensor_head = R"JIT(
+    if x_orig.numel() == 0:
+        return x_orig
+    x = x_orig.detach().float()
+    current_min, current_max = torch.aminmax(x)
+    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
+        self.min_val = current_min
+        self.max_val = current_max
+    else:
+)JIT";
+
 // Per channel: move ch_axis to the front and flatten the rest (PyTorch permutes 0 and
 // ch_axis, which is this transpose).
-inline constexpr std::string_view per_channel_min_max_source = R"JIT(
+inline constexpr std::string_view per_channel_head = R"JIT(
     if x_orig.numel() == 0:
         return x_orig
     y = torch.flatten(x_orig.detach().float().transpose(self.ch_axis, 0), 1)
@@ -129,22 +115,19 @@ inline constexpr std::string_view per_channel_min_max_source = R"JIT(
         self.min_val = current_min
         self.max_val = current_max
     else:
-        self.min_val = torch.min(current_min, self.min_val)
+)JIT";
+
+// As MinMaxObserver: the range of everything seen. (Per tensor, taking the first batch as it
+// is equals its min / max with the unobserved inf / -inf.)
+inline constexpr std::string_view min_max_update = R"JIT(        self.min_val = torch.min(current_min, self.min_val)
         self.max_val = torch.max(current_max, self.max_val)
     return x_orig
 
 )JIT";
 
-inline constexpr std::string_view moving_average_per_channel_source = R"JIT(
-    if x_orig.numel() == 0:
-        return x_orig
-    y = torch.flatten(x_orig.detach().float().transpose(self.ch_axis, 0), 1)
-    current_min, current_max = torch.aminmax(y, dim=1)
-    if self.min_val.numel() == 0:
-        self.min_val = current_min
-        self.max_val = current_max
-    else:
-        self.min_val = self.min_val + self.averaging_constant * (current_min - self.min_val)
+// As MovingAverageMinMaxObserver: later batches move the range by averaging_constant
+// (computed in float32, like PyTorch's tensor arithmetic).
+inline constexpr std::string_view moving_average_update = R"JIT(        self.min_val = self.min_val + self.averaging_constant * (current_min - self.min_val)
         self.max_val = self.max_val + self.averaging_constant * (current_max - self.max_val)
     return x_orig
 
@@ -343,23 +326,17 @@ inline std::string class_name(observer_kind kind) {
 
 // The body of a kind's statistics method (what forward does with each observed value) and the
 // methods that follow it.
-inline std::string_view statistics_body(observer_kind kind) {
-    switch (kind) {
-        case observer_kind::min_max: return min_max_source;
-        case observer_kind::moving_average_min_max: return moving_average_source;
-        case observer_kind::per_channel_min_max: return per_channel_min_max_source;
-        case observer_kind::moving_average_per_channel_min_max: return moving_average_per_channel_source;
-        case observer_kind::histogram: return histogram_source;
-        case observer_kind::placeholder: return placeholder_source;
-        case observer_kind::derived: break;
-    }
-    throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
+inline std::string statistics_body(observer_kind kind) {
+    if (kind == observer_kind::histogram) return std::string(histogram_source);
+    if (kind == observer_kind::placeholder) return std::string(placeholder_source);
+    return std::string(is_per_channel(kind) ? per_channel_head : per_tensor_head) +
+           std::string(is_moving_average(kind) ? moving_average_update : min_max_update);
 }
 
 // The statistics as a method named `method`: forward for an observer, _observe for a
 // fake-quantize module that calls it before quantizing (fake_quantize.hpp).
 inline std::string statistics_source(observer_kind kind, std::string_view method) {
-    return "\ndef " + std::string(method) + "(self, x_orig: Tensor) -> Tensor:" + std::string(statistics_body(kind));
+    return "\ndef " + std::string(method) + "(self, x_orig: Tensor) -> Tensor:" + statistics_body(kind);
 }
 
 // A module of class `name` with the attributes of the observer interface that a spec sets
@@ -382,35 +359,12 @@ inline ::torch::jit::Module module_with_spec_attributes(const std::string& name,
 // The reset and qparams methods a kind's statistics share with its siblings (the histogram
 // and the placeholder define their own).
 inline std::string_view range_source(observer_kind kind) {
-    switch (kind) {
-        case observer_kind::min_max:
-        case observer_kind::moving_average_min_max: return per_tensor_range_source;
-        case observer_kind::per_channel_min_max:
-        case observer_kind::moving_average_per_channel_min_max: return per_channel_range_source;
-        case observer_kind::histogram:
-        case observer_kind::placeholder:
-        case observer_kind::derived: return {};
-    }
-    return {};
+    if (kind == observer_kind::histogram || kind == observer_kind::placeholder) return {};
+    return is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source;
 }
 
-// Fresh statistics: nothing observed. Per tensor, min = inf and max = -inf (min > max is
-// the "unobserved" signal); per channel, empty tensors (the channel count comes with the
-// first batch).
-inline void reset_statistics(::torch::jit::Module& observer, observer_kind kind) {
-    constexpr float inf = std::numeric_limits<float>::infinity();
-    if (kind == observer_kind::placeholder) return;
-    if (is_per_channel(kind)) {
-        observer.setattr("min_val", ::torch::zeros({0}));
-        observer.setattr("max_val", ::torch::zeros({0}));
-    } else {
-        observer.setattr("min_val", ::torch::full({}, inf));
-        observer.setattr("max_val", ::torch::full({}, -inf));
-    }
-    if (kind == observer_kind::histogram) observer.setattr("histogram", ::torch::zeros({histogram_bins}));
-}
-
-// Compiles the class of one kind. The attribute values are overwritten per spec.
+// Compiles the class of one kind, with fresh statistics (reset_min_max_vals). The attribute
+// values are overwritten per spec.
 inline ::torch::jit::Module compile_prototype(observer_kind kind) {
     ::torch::jit::Module observer = module_with_spec_attributes(class_name(kind), kind);
     if (kind == observer_kind::histogram) {
@@ -423,30 +377,22 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
         observer.register_buffer("min_val", ::torch::zeros({0}));
         observer.register_buffer("max_val", ::torch::zeros({0}));
     }
-    observer.define(std::string(qparams_source) + std::string(unobserved_source) + std::string(range_source(kind)) +
-                    statistics_source(kind, "forward"));
+    observer.define(std::string(qparams_source) + std::string(range_source(kind)) + statistics_source(kind, "forward"));
     observer.eval();
+    observer.run_method("reset_min_max_vals");
     return observer;
 }
 
-inline const ::torch::jit::Module& prototype(observer_kind kind) {
-    // One compilation per kind per process; function-local statics make the first use
-    // thread-safe.
-    static const ::torch::jit::Module min_max = compile_prototype(observer_kind::min_max);
-    static const ::torch::jit::Module moving_average = compile_prototype(observer_kind::moving_average_min_max);
-    static const ::torch::jit::Module per_channel = compile_prototype(observer_kind::per_channel_min_max);
-    static const ::torch::jit::Module moving_average_per_channel =
-        compile_prototype(observer_kind::moving_average_per_channel_min_max);
-    static const ::torch::jit::Module histogram = compile_prototype(observer_kind::histogram);
-    static const ::torch::jit::Module placeholder = compile_prototype(observer_kind::placeholder);
-    switch (kind) {
-        case observer_kind::min_max: return min_max;
-        case observer_kind::moving_average_min_max: return moving_average;
-        case observer_kind::per_channel_min_max: return per_channel;
-        case observer_kind::moving_average_per_channel_min_max: return moving_average_per_channel;
-        case observer_kind::histogram: return histogram;
-        case observer_kind::placeholder: return placeholder;
-        case observer_kind::derived: break;
+// One compilation per class per process, for observers and fake-quantize modules alike: the
+// prototypes of `kinds`, compiled on first use (a function-local static, so thread-safe), that
+// make_observer and make_fake_quantize deep-copy (same class type, no compilation).
+template <::torch::jit::Module (*compile)(observer_kind), observer_kind... kinds>
+const ::torch::jit::Module& prototype(observer_kind kind) {
+    static const std::array<::torch::jit::Module, sizeof...(kinds)> prototypes{compile(kinds)...};
+    std::size_t index = 0;
+    for (const observer_kind compiled : {kinds...}) {
+        if (compiled == kind) return prototypes[index];
+        ++index;
     }
     throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
 }
@@ -508,11 +454,14 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
                     "make_observer: the spec asks for fake quantization (QAT); observers here are for "
                     "post-training quantization, so use a spec with is_fake_quantize = false");
 
-    ::torch::jit::Module observer = observer_detail::prototype(spec.observer).deepcopy();
+    using enum observer_kind;
+    ::torch::jit::Module observer =
+        observer_detail::prototype<observer_detail::compile_prototype, min_max, moving_average_min_max, per_channel_min_max,
+                                   moving_average_per_channel_min_max, histogram, placeholder>(spec.observer)
+            .deepcopy();
     observer_detail::write_spec(observer, spec);
     if (spec.observer == observer_kind::histogram)
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
-    observer_detail::reset_statistics(observer, spec.observer);
     return observer;
 }
 

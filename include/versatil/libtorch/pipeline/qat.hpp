@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "versatil/libtorch/pipeline/prepare.hpp"
 #include "versatil/libtorch/pipeline/progress.hpp"
@@ -23,27 +24,24 @@
 namespace versatil::libtorch {
 
 namespace detail {
-inline bool is_fake_quantize(const ::torch::jit::Module& module) {
-    return module.type()->name() && module.type()->name()->qualifiedName().find("versatil.fake_quantize.") !=
-                                        std::string::npos;
-}
-inline bool is_batch_norm(const ::torch::jit::Module& module) {
-    return module.type()->name() &&
-           module.type()->name()->qualifiedName().find("torch.nn.modules.batchnorm.") != std::string::npos;
+inline bool class_name_contains(const ::torch::jit::Module& module, std::string_view part) {
+    return module.type()->name() && module.type()->name()->qualifiedName().find(part) != std::string::npos;
 }
 }  // namespace detail
 
 // Stops every fake-quantize module from moving its range; quantization stays simulated.
 inline void freeze_observers(::torch::jit::Module& model) {
     for (const auto& item : model.named_modules())
-        if (detail::is_fake_quantize(item.value)) ::torch::jit::Module(item.value).setattr("observer_enabled", false);
+        if (detail::class_name_contains(item.value, "versatil.fake_quantize."))
+            ::torch::jit::Module(item.value).setattr("observer_enabled", false);
 }
 
 // Stops batch-norm running statistics (the modules switch to eval mode and stay there while
 // the rest of the model trains).
 inline void freeze_batch_norm_statistics(::torch::jit::Module& model) {
     for (const auto& item : model.named_modules())
-        if (detail::is_batch_norm(item.value)) ::torch::jit::Module(item.value).train(false);
+        if (detail::class_name_contains(item.value, "torch.nn.modules.batchnorm."))
+            ::torch::jit::Module(item.value).train(false);
 }
 
 struct qat_options {

@@ -12,10 +12,10 @@
 
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/libtorch/pipeline/convert.hpp"
+#include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/lower.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
-#include "versatil/libtorch/pipeline/process_state_lock.hpp"
 #include "versatil/libtorch/pipeline/qat.hpp"
 #include "versatil/libtorch/pipeline/report.hpp"
 #include "versatil/libtorch/pipeline/target_spec.hpp"
@@ -141,7 +141,7 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
 }  // namespace detail
 
 // prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
-// Calls from several threads take turns (process_state_lock.hpp).
+// Calls from several threads take turns (engine.hpp).
 inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {}) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
@@ -213,7 +213,7 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     return report;
 }
 
-// Quantizes and measures. Calls from several threads take turns (process_state_lock.hpp).
+// Quantizes and measures. Calls from several threads take turns (engine.hpp).
 inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                     const quantize_data& data, const quantize_options& options = {}) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());

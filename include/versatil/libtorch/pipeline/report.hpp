@@ -171,6 +171,7 @@ inline std::string format_table(const quantization_report& report) {
         std::snprintf(buffer, sizeof buffer, format, value);
         return std::string(buffer);
     };
+    const auto sqnr = [&](double db) { return std::isfinite(db) ? number("%.2f dB", db) : "identical"; };
     text += "targets\n";
     for (const target_report& t : report.targets) {
         const std::string spec = t.options.empty() ? t.backend : t.backend + ":" + t.options;
@@ -183,12 +184,11 @@ inline std::string format_table(const quantization_report& report) {
                              report.quantizable_kind);
     const std::string data = std::to_string(report.evaluation_samples) + " samples" +
                              (report.held_out ? ", held out" : ", calibration data (no held-out set given)");
-    row("output SQNR", (std::isfinite(report.sqnr_db) ? number("%.2f dB", report.sqnr_db) : "identical") + " (" + data + ")");
+    row("output SQNR", sqnr(report.sqnr_db) + " (" + data + ")");
     row("max / mean |diff|", number("%.5f", report.max_abs_diff) + " / " + number("%.5f", report.mean_abs_diff));
     for (const output_comparison& output : report.outputs)
         row(("  output " + output.name).c_str(),
-            (std::isfinite(output.sqnr_db) ? number("%.2f dB", output.sqnr_db) : "identical") + ", max |diff| " +
-                number("%.5f", output.max_abs_diff));
+            sqnr(output.sqnr_db) + ", max |diff| " + number("%.5f", output.max_abs_diff));
     if (report.float_accuracy && report.quantized_accuracy)
         row("top-1 float -> int8",
             number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " + number("%.2f %%", 100.0 * *report.quantized_accuracy));
@@ -217,8 +217,7 @@ inline std::string format_table(const quantization_report& report) {
     }
     if (!report.per_layer.empty()) {
         text += "per layer (output SQNR with only that layer quantized, worst first)\n";
-        for (const layer_sqnr& layer : report.per_layer)
-            row(layer.name.c_str(), std::isfinite(layer.sqnr_db) ? number("%.2f dB", layer.sqnr_db) : "identical");
+        for (const layer_sqnr& layer : report.per_layer) row(layer.name.c_str(), sqnr(layer.sqnr_db));
     }
     return text;
 }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -133,9 +134,8 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
     model.eval();
 
     const size_t tail = std::min<size_t>(50, result.losses.size());
-    double sum = 0.0;
-    for (size_t i = result.losses.size() - tail; i < result.losses.size(); ++i) sum += result.losses[i];
-    result.final_loss = sum / static_cast<double>(tail);
+    const auto last = result.losses.end() - static_cast<std::ptrdiff_t>(tail);
+    result.final_loss = std::accumulate(last, result.losses.end(), 0.0) / static_cast<double>(tail);
     return result;
 }
 
