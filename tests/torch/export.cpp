@@ -292,9 +292,10 @@ TEST_CASE("export_firmware: a header in the namespace, its plan's figures, and t
     CHECK(r.compared_elements == 100 * 10);
     MESSAGE("separable: top-1 agreement " << r.top1_agreement << ", max " << r.max_lsb_diff << " LSB, "
                                           << r.differing_elements << " of " << r.compared_elements << " differ");
-    // Measured: top-1 the same on all 100, max 2 LSB, 400 of 1000 outputs differ. Each layer is
-    // within 1 LSB of LibTorch's on LibTorch's own input; across six layers the differences add
-    // up (the runtime rounds twice, as TFLite's reference kernels do; QNNPACK once, in float).
+    // Measured: top-1 the same on all 100, max 2 LSB, 407 of 1000 outputs differ with the
+    // runtime's single rounding (400 with TFLite's reference double rounding). So on this untrained
+    // model with random inputs rounding is not what separates the two; the trained Fashion-MNIST
+    // CNN is within 1 LSB (firmware_export_fashion_mnist). Not yet traced to a layer.
     CHECK(r.top1_agreement >= 0.99);
     CHECK(r.max_lsb_diff <= 2);
 }
