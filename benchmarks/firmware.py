@@ -4,10 +4,20 @@ instructions per inference on the Cortex-M4 under QEMU, header compile time. Wri
 benchmarks/results/firmware.json; benchmarks/report.py renders it as the "Firmware" section
 of RESULTS.md (render() below). About a minute on 2 cores; needs no LibTorch.
 
-  benchmarks/firmware.py [--model NAME=HEADER:NAMESPACE ...] [--cxx c++] [--arm arm-none-eabi-g++]
+  benchmarks/firmware.py [--model NAME=HEADER:NAMESPACE ...] [--proof NAME=PROOF.json ...]
+                        [--cxx c++] [--arm arm-none-eabi-g++]
 
 Always measures the synthetic graph of tests/firmware/synthetic_graph.hpp (seed 1: every op
 and option, random weights); --model adds exported models (versatil-quantize --export).
+--proof adds, for a model, what tests/firmware/check_export.py --device-compiler ... --keep DIR
+measured (DIR/fm_cnn/proof.json): the device's top-1 against LibTorch's quantized model on the
+embedded test images, and the export's own figures (export time).
+
+The Fashion-MNIST row of RESULTS.md (Debian's python3-torch trains the model, about 2 minutes):
+
+  /usr/bin/python3 tests/firmware/check_export.py --cli build/tools/versatil-quantize --include include \
+      --max-lsb 1 --min-top1 0.995 --device-compiler arm-none-eabi-g++ --images 200 --keep fm --compiler c++
+  benchmarks/firmware.py --model fm_cnn=fm/fm_cnn/fm_cnn.hpp:fm_cnn --proof fm_cnn=fm/fm_cnn/proof.json
 """
 import argparse
 import json
@@ -99,6 +109,7 @@ def measure(args, name, header, namespace, images, scratch):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", action="append", default=[], help="NAME=HEADER:NAMESPACE")
+    parser.add_argument("--proof", action="append", default=[], help="NAME=PROOF.json (check_export.py --keep)")
     parser.add_argument("--cxx", default="c++")
     parser.add_argument("--arm", default="arm-none-eabi-g++")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "firmware.json"))
@@ -124,8 +135,15 @@ def main():
             name, rest = spec.split("=", 1)
             header, namespace = rest.rsplit(":", 1)
             models.append(measure(args, name, str(Path(header).resolve()), namespace, str(images), scratch))
+        for spec in args.proof:
+            name, path = spec.split("=", 1)
+            model = next((m for m in models if m["name"] == name), None)
+            if model is None:
+                sys.exit(f"--proof {spec}: no --model named {name}")
+            model["proof"] = json.loads(Path(path).read_text())
     data = {
-        "command": "benchmarks/firmware.py" + "".join(f" --model {m}" for m in args.model),
+        "command": "benchmarks/firmware.py" + "".join(f" --model {m}" for m in args.model) +
+                   "".join(f" --proof {p}" for p in args.proof),
         "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "seconds": round(time.time() - started, 1),
         "host": platform.machine(),
@@ -177,6 +195,21 @@ def render(data):
             f"8 KiB goal); the DSP path executes {dsp['instructions_per_inference'] / portable['instructions_per_inference']:.2f}x "
             f"the portable path's instructions; "
             f"{'no heap or exception symbol linked' if not bad else 'links ' + ', '.join(sorted(set(bad)))}.")
+        proof = m.get("proof")
+        if proof:
+            f = proof["firmware_report"]
+            lines.append(
+                f"  Proof (`/usr/bin/python3 tests/firmware/check_export.py --cli build/tools/versatil-quantize --include "
+                f"include --max-lsb 1 --min-top1 0.995 --device-compiler arm-none-eabi-g++ --images {proof['images']} "
+                f"--keep DIR --compiler c++`, as `meson test firmware_export_fashion_mnist` runs it; DIR/fm_cnn holds "
+                f"the header and proof.json given above): top-1 of the device run (QEMU, DSP and portable "
+                f"images byte-identical to the host build) equal to LibTorch's quantized model on "
+                f"{proof['device_equals_libtorch_top1']} of {proof['images']} test images ({proof['device_correct']} "
+                f"correct); float top-1 {100 * proof['float_accuracy']:.2f} %, int8 {100 * proof['quantized_accuracy']:.2f} % "
+                f"on 2000; host runtime vs LibTorch on 2000: top-1 {100 * f['top1_agreement']:.2f} %, max "
+                f"{f['max_lsb_diff']} LSB ({f['differing_elements']} of {f['compared_elements']} outputs differ); "
+                f"export {f['export_seconds']:.3f} s (integer graph to header, in the CLI), header "
+                f"{f['header_bytes'] / 1024:.1f} KiB.")
     return lines + [""]
 
 

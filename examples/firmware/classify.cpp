@@ -2,7 +2,8 @@
 // --export, or codegen::header_for) and prints, per image, its label, the predicted class and
 // the model's int8 outputs, then the count of correct predictions. The same source builds for
 // the MPS2 AN386 board (Cortex-M4; text through semihosting) and for the host (stdout), and
-// both print the same bytes: that is the device test (tests/firmware/check_device.py).
+// both print the same bytes: that is the device test (tests/firmware/device.py; with the exported
+// Fashion-MNIST CNN, tests/firmware/check_export.py).
 //
 // Build with the model and the images chosen on the command line:
 //   -DVERSATIL_MODEL_HEADER='"model.hpp"' -DVERSATIL_MODEL_NAMESPACE=fm

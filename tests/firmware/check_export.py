@@ -7,7 +7,17 @@ within --max-lsb), and the header must compile with its figures. Then the refusa
 firmware cannot run, a CPU target and a bad namespace exit 2 and leave no output behind.
 Needs Debian's python3-torch (/usr/bin/python3).
 
-  check_export.py --cli versatil-quantize --compiler c++ --include DIR --max-lsb N --min-top1 F"""
+With --device-compiler, the proof on a device (issue 11, item 6): examples/firmware/classify.cpp
+with the exported header and the first --images Fashion-MNIST test images, built for the host
+and for the MPS2 AN386 board (Cortex-M4, DSP and portable) by device.py, which runs QEMU,
+requires the host's bytes and refuses malloc/free/new/__cxa_throw; then every image's top-1 of
+the device run must equal LibTorch's quantized model's (the --out model, on the same images).
+
+  check_export.py --cli versatil-quantize --compiler c++ --include DIR --max-lsb N --min-top1 F
+                  [--device-compiler arm-none-eabi-g++ --images N] [--keep DIR]
+
+--keep DIR keeps the model, the header, the report and (with the device) proof.json, which
+benchmarks/firmware.py --proof reads for the Fashion-MNIST row of RESULTS.md."""
 import argparse
 import json
 import subprocess
@@ -21,7 +31,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "examples/firmware"))
-from fm_cnn import DataFile  # noqa: E402  (the data file as the example writes it)
+from fm_cnn import DataFile, normalized, read_idx  # noqa: E402  (the data file and images as the example makes them)
 FIRMWARE_KEYS = ["namespace", "header_bytes", "arena_bytes", "arena_lower_bound_bytes", "greedy_planner_bytes",
                  "parameter_bytes", "compared_samples", "compared_elements", "differing_elements", "max_lsb_diff",
                  "top1_agreement", "export_seconds"]
@@ -95,6 +105,56 @@ static_assert(fm_cnn::model::arena_bytes <= 32 * 1024);
     return work
 
 
+def device_proof(args, work):
+    """classify.cpp with the exported model on the host and under QEMU; top-1 against LibTorch."""
+    images = work / "fm_images.hpp"
+    embedded = run([sys.executable, ROOT / "examples/firmware/embed_images.py", "--count", args.images, "--out", images])
+    check(embedded.returncode == 0, f"{args.images} test images embedded" + ("" if embedded.returncode == 0 else ": " + embedded.stderr))
+    defines = ['VERSATIL_MODEL_HEADER="fm_cnn.hpp"', "VERSATIL_MODEL_NAMESPACE=fm_cnn",
+               'VERSATIL_IMAGES_HEADER="fm_images.hpp"']
+    host = work / "classify_fm_host"
+    built = run(args.compiler + ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Werror", *[f"-D{d}" for d in defines],
+                                 "-I", args.include, "-I", ROOT / "examples/firmware", "-I", work,
+                                 ROOT / "examples/firmware/classify.cpp", "-o", host])
+    check(built.returncode == 0, "classify.cpp builds for the host with the exported model" +
+          ("" if built.returncode == 0 else ":\n" + built.stderr[-3000:]))
+    if built.returncode != 0:
+        return
+    device = run([sys.executable, HERE / "device.py", "--compiler", args.device_compiler, "--root", ROOT,
+                  "--source", ROOT / "examples/firmware/classify.cpp", "--host-program", host,
+                  *[a for d in defines for a in ("--define", d)], "--include-dir", work,
+                  "--build-dir", work / "device", "--sizes", work / "device" / "sizes.json"])
+    print(device.stdout[-4000:])
+    check(device.returncode == 0, "on the MPS2 AN386 (DSP and portable): QEMU prints the host's bytes, no allocation "
+          "or exception symbol linked" + ("" if device.returncode == 0 else ":\n" + device.stderr[-2000:]))
+    if device.returncode != 0:
+        return
+    printed = [line.split() for line in (work / "device" / "dsp.out").read_text().splitlines()
+               if line.startswith("image ")]
+    device_top1 = [int(fields[5]) for fields in printed]
+    labels = [int(fields[3]) for fields in printed]
+    torch.backends.quantized.engine = "qnnpack"  # the engine cortex_m lowers to
+    quantized = torch.jit.load(str(work / "q.pt"))
+    with torch.no_grad():
+        libtorch_top1 = quantized(normalized(read_idx("t10k-images-idx3-ubyte", args.images))).argmax(1).tolist()
+    differ = [i for i, (a, b) in enumerate(zip(device_top1, libtorch_top1)) if a != b]
+    correct = sum(a == b for a, b in zip(device_top1, labels))
+    check(len(device_top1) == args.images and not differ,
+          f"top-1 of the device run equals LibTorch's quantized model on {len(device_top1) - len(differ)} of "
+          f"{args.images} images (differ: {differ[:10]}); device correct on {correct}")
+    sizes = json.loads((work / "device" / "sizes.json").read_text())
+    for variant, measured in sizes.items():
+        print(f"{variant}: .text {measured['sections'].get('.text', 0)} B, runtime code {measured['runtime_code_bytes']} B")
+    # What benchmarks/firmware.py --proof reads for its Fashion-MNIST row.
+    report = json.loads((work / "report.json").read_text())
+    (work / "proof.json").write_text(json.dumps({
+        "images": args.images, "device_equals_libtorch_top1": args.images - len(differ),
+        "device_correct": correct, "float_accuracy": report["float_accuracy"],
+        "quantized_accuracy": report["quantized_accuracy"], "firmware_report": report["firmware"],
+        "device_sizes": {variant: {"sections": m["sections"], "runtime_code_bytes": m["runtime_code_bytes"]}
+                         for variant, m in sizes.items()}}, indent=1) + "\n")
+
+
 def refusals(args, work):
     """Each refusal exits 2 with its message and leaves none of the outputs."""
     subprocess.run([sys.executable, HERE / "export_models.py", work], check=True, capture_output=True)
@@ -124,9 +184,14 @@ def main():
     parser.add_argument("--include", required=True)
     parser.add_argument("--max-lsb", type=int, required=True)
     parser.add_argument("--min-top1", type=float, required=True)
+    parser.add_argument("--device-compiler", help="arm-none-eabi-g++: run the proof on the MPS2 AN386 under QEMU")
+    parser.add_argument("--images", type=int, default=200, help="test images the device classifies (default 200)")
+    parser.add_argument("--keep", help="write the model, header, report and proof.json under DIR/fm_cnn and keep them")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="versatil-export-") as scratch:
-        exported_model(args, Path(scratch) / "fm_cnn")
+        work = exported_model(args, Path(args.keep or scratch) / "fm_cnn")
+        if args.device_compiler:
+            device_proof(args, work)
         (Path(scratch) / "refusals").mkdir()
         refusals(args, Path(scratch) / "refusals")
     if failures:

@@ -179,8 +179,11 @@ TEST_CASE("quantize_input rounds as ATen does and checks the size") {
 
 TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API and the plan") {
     const integer_graph g = synthetic::graph(2);
-    for (const char* bad : {"", "2fast", "a-b", "namespace", "a::", "::a", "std", "__x", "a::int"})
+    for (const char* bad : {"", "2fast", "a-b", "namespace", "a::", "::a", "std", "__x", "a::int"}) {
         CHECK_THROWS_WITH_AS(header_for(g, bad), doctest::Contains("is not a C++ namespace name"), std::invalid_argument);
+        CHECK_THROWS_AS(versatil::codegen::check_namespace(bad), std::invalid_argument);  // the CLI's early check
+    }
+    CHECK_NOTHROW(versatil::codegen::check_namespace("vendor::fm"));
     const std::string text = header_for(g, "vendor::fm");
     for (const char* part : {"namespace vendor::fm {", "struct model {", "static constexpr std::size_t input_size = 784;",
                              "static constexpr std::size_t output_size = 10;", "arena_bytes = detail::plan.figures.arena_bytes",

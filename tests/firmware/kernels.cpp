@@ -20,6 +20,8 @@ namespace {
 namespace fw = versatil::firmware;
 using versatil::math::fixed_point_multiplier;
 using versatil::math::multiply_by_quantized_multiplier;
+// The runtime's rescale: the product rounded once (TFLite Micro's single rounding).
+constexpr auto rescale_once = versatil::math::multiply_by_quantized_multiplier_single_rounding;
 using versatil::math::quantize_multiplier;
 
 std::int8_t clamp_level(std::int64_t v, fw::activation_range r) {
@@ -65,7 +67,7 @@ std::vector<std::int8_t> reference_conv2d(const fw::conv2d_params& p, const std:
                 }
                 sum += p.bias != nullptr ? p.bias[oc] : 0;
                 sum = std::clamp<std::int64_t>(sum, INT32_MIN, INT32_MAX);
-                out.push_back(clamp_level(std::int64_t{multiply_by_quantized_multiplier(static_cast<std::int32_t>(sum), p.multipliers[oc])} + p.output_offset, p.range));
+                out.push_back(clamp_level(std::int64_t{rescale_once(static_cast<std::int32_t>(sum), p.multipliers[oc])} + p.output_offset, p.range));
             }
     return out;
 }
@@ -211,13 +213,13 @@ TEST_CASE("linear equals the integer reference and the dot product's lengths all
         for (int o = 0; o < out_features; ++o) {
             std::int64_t sum = bias[static_cast<std::size_t>(o)];
             for (int i = 0; i < in; ++i) sum += std::int64_t{x[static_cast<std::size_t>(i)] + p.input_offset} * w[static_cast<std::size_t>(o * in + i)];
-            CHECK(got[static_cast<std::size_t>(o)] == clamp_level(std::int64_t{multiply_by_quantized_multiplier(static_cast<std::int32_t>(sum), m[static_cast<std::size_t>(o)])} + p.output_offset, {}));
+            CHECK(got[static_cast<std::size_t>(o)] == clamp_level(std::int64_t{rescale_once(static_cast<std::int32_t>(sum), m[static_cast<std::size_t>(o)])} + p.output_offset, {}));
         }
         CHECK(fw::dot(x.data(), w.data(), in, p.input_offset) == fw::dot_portable(x.data(), w.data(), in, p.input_offset));
     }
 }
 
-TEST_CASE("add follows TFLite's int8 add and is within one level of the real sum") {
+TEST_CASE("add follows TFLite's int8 add (single rounding) and is within one level of the real sum") {
     std::mt19937 random(14);
     for (int n = 0; n < 200; ++n) {
         const double s1 = 0.01 + (random() % 1000) * 1e-4, s2 = 0.01 + (random() % 1000) * 1e-4, so = 0.02 + (random() % 1000) * 2e-4;
@@ -228,10 +230,10 @@ TEST_CASE("add follows TFLite's int8 add and is within one level of the real sum
         std::vector<std::int8_t> a = random_levels(random, 64), b = random_levels(random, 64), out(64);
         fw::add(p, a.data(), b.data(), out.data());
         for (std::size_t i = 0; i < 64; ++i) {
-            // TFLite's reference, step by step.
+            // TFLite's reference add, step by step, each rescale rounded once.
             const std::int32_t x = (a[i] - z1) * (1 << 20), y = (b[i] - z2) * (1 << 20);
-            const std::int32_t sum = multiply_by_quantized_multiplier(x, p.input1_multiplier) + multiply_by_quantized_multiplier(y, p.input2_multiplier);
-            CHECK(out[i] == clamp_level(std::int64_t{multiply_by_quantized_multiplier(sum, p.output_multiplier)} + zo, {}));
+            const std::int32_t sum = rescale_once(x, p.input1_multiplier) + rescale_once(y, p.input2_multiplier);
+            CHECK(out[i] == clamp_level(std::int64_t{rescale_once(sum, p.output_multiplier)} + zo, {}));
             const double real = s1 * (a[i] - z1) + s2 * (b[i] - z2);
             CHECK(std::abs(out[i] - std::clamp(std::round(real / so) + zo, -128.0, 127.0)) <= 1.0);
         }
@@ -282,7 +284,7 @@ TEST_CASE("pooling equals a reference with PyTorch's divisors and TFLite's round
                     const std::size_t at = static_cast<std::size_t>((c * out.height + oy) * out.width + ox);
                     CHECK(got_max[at] == largest);
                     const double mean = static_cast<double>(sum) / (include_pad ? padded : valid);
-                    const double rounded = mean >= 0 ? std::floor(mean + 0.5) : std::ceil(mean - 0.5);  // half away from zero
+                    const double rounded = std::nearbyint(mean);  // ties to even, as LibTorch's quantized pooling
                     CHECK(got_avg[at] == clamp_level(static_cast<std::int64_t>(rounded) + zero, {}));
                 }
     }
@@ -292,7 +294,7 @@ TEST_CASE("global average pooling is average pooling over the whole plane") {
     const std::vector<std::int8_t> x{1, 2, 3, 4, -7, -7, -7, -6};  // two channels of 2x2
     std::vector<std::int8_t> out(2);
     fw::avg_pool2d(fw::global_avg_pool2d({2, 2, 2}, 0, {}), x.data(), out.data());
-    CHECK(out == std::vector<std::int8_t>{3, -7});  // 2.5 -> 3 and -6.75 -> -7, half away from zero
+    CHECK(out == std::vector<std::int8_t>{2, -7});  // 2.5 -> 2 (ties to even) and -6.75 -> -7
     fw::avg_pool2d(fw::global_avg_pool2d({2, 2, 2}, 1, {-128, 2}), x.data(), out.data());
-    CHECK(out == std::vector<std::int8_t>{2, -7});  // 1 + round(1.5) = 3, clamped to 2
+    CHECK(out == std::vector<std::int8_t>{2, -7});  // 1 + round(1.5) = 1 + 2 = 3, clamped to 2
 }

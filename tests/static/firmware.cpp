@@ -36,6 +36,10 @@ static_assert(fw::requantize_output(2147483000, 2147483000, half, 0, {}) == 127)
 static_assert(fw::requantize_output(-100, 0, half, 10, {0, 127}) == 0);            // a fused relu at zero point 0
 static_assert(fw::clamp_to(-129, {}) == -128 && fw::clamp_to(300, {-5, 6}) == 6);
 static_assert(fw::dot_portable(nullptr, nullptr, 0, 5) == 0);
+// Average pooling's mean: nearest, ties to even (LibTorch's nearbyint), either sign; an empty window is 0.
+static_assert(fw::divide_half_even(10, 4) == 2 && fw::divide_half_even(14, 4) == 4 && fw::divide_half_even(11, 4) == 3);
+static_assert(fw::divide_half_even(-10, 4) == -2 && fw::divide_half_even(-14, 4) == -4 && fw::divide_half_even(-11, 4) == -3);
+static_assert(fw::divide_half_even(9, 4) == 2 && fw::divide_half_even(-9, 4) == -2 && fw::divide_half_even(5, 0) == 0);
 
 // A plan the compiler computes: conv, depthwise in place, clamp in place, pointwise.
 constexpr fw::conv2d_params conv(fw::shape in, fw::shape out, fw::window w = {}, int groups = 1) {

@@ -292,11 +292,11 @@ TEST_CASE("export_firmware: a header in the namespace, its plan's figures, and t
     CHECK(r.compared_elements == 100 * 10);
     MESSAGE("separable: top-1 agreement " << r.top1_agreement << ", max " << r.max_lsb_diff << " LSB, "
                                           << r.differing_elements << " of " << r.compared_elements << " differ");
-    // Measured: top-1 the same on all 100, max 2 LSB, 400 of 1000 outputs differ. Each layer is
-    // within 1 LSB of LibTorch's on LibTorch's own input; across six layers the differences add
-    // up (the runtime rounds twice, as TFLite's reference kernels do; QNNPACK once, in float).
+    // Measured: every output equal (0 of 1000 differ). It was 2 LSB, 407 of 1000, until average
+    // pooling rounded its ties as LibTorch does (to even; TFLite rounds them away from zero): the
+    // 2x2 pool here ties on a quarter of its sums, and the 1-LSB steps grew through two linears.
     CHECK(r.top1_agreement >= 0.99);
-    CHECK(r.max_lsb_diff <= 2);
+    CHECK(r.max_lsb_diff <= 1);
 }
 
 TEST_CASE("export_firmware refuses a model firmware cannot run, and a namespace C++ does not take") {

@@ -76,7 +76,7 @@ std::string version_text() {
 std::string export_namespace(const std::string& header_path, const std::optional<std::string>& given) {
     const std::string name = given ? *given : std::filesystem::path(header_path).stem().string();
     try {
-        codegen::detail::check_namespace(name);
+        codegen::check_namespace(name);
     } catch (const std::invalid_argument& failure) {
         throw error(error_kind::invalid_argument,
                     std::string(failure.what()) + (given ? "" : "; name one with --export-namespace"));

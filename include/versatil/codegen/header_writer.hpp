@@ -80,19 +80,6 @@ inline bool is_identifier(std::string_view name) {
     return true;
 }
 
-// "fm" or "models::fm": identifiers joined by "::".
-inline void check_namespace(std::string_view name) {
-    std::string_view rest = name;
-    for (;;) {
-        const auto separator = rest.find("::");
-        if (!is_identifier(rest.substr(0, separator)))
-            throw std::invalid_argument("versatil::codegen::header_for: namespace '" + std::string(name) +
-                                        "' is not a C++ namespace name (identifiers joined by ::, no keyword)");
-        if (separator == std::string_view::npos) return;
-        rest.remove_prefix(separator + 2);
-    }
-}
-
 inline const char* kernel_name(const layer_params& params) {
     static constexpr const char* names[] = {"conv2d", "linear", "add", "clamp", "max_pool2d", "avg_pool2d", "flatten"};
     return names[params.index()];
@@ -165,6 +152,21 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
 }
 
 }  // namespace detail
+
+// Throws std::invalid_argument unless `name` can name the exported header's namespace: "fm"
+// or "models::fm", identifiers joined by "::", no keyword, no reserved name. header_for
+// checks it; a caller (the CLI) can check it before the work that leads there.
+inline void check_namespace(std::string_view name) {
+    std::string_view rest = name;
+    for (;;) {
+        const auto separator = rest.find("::");
+        if (!detail::is_identifier(rest.substr(0, separator)))
+            throw std::invalid_argument("versatil::codegen::header_for: namespace '" + std::string(name) +
+                                        "' is not a C++ namespace name (identifiers joined by ::, no keyword)");
+        if (separator == std::string_view::npos) return;
+        rest.remove_prefix(separator + 2);
+    }
+}
 
 inline std::string header_for(const lowered_graph& g, std::string_view namespace_name) {
     using namespace detail;
@@ -279,7 +281,7 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
 }
 
 inline std::string header_for(const integer_graph& graph, std::string_view namespace_name) {
-    detail::check_namespace(namespace_name);
+    check_namespace(namespace_name);
     return header_for(lower(graph), namespace_name);
 }
 

@@ -1,6 +1,7 @@
 // Elementwise add of two int8 tensors with their own quantization (TFLite's reference int8
 // add): each input, offset to its zero point, is shifted left by 20 bits and rescaled by
 // scale / (2 * max scale); the sum is rescaled by 2 * max scale / (2^20 * output scale).
+// Each rescale rounds once (output_stage.hpp's rescale, TFLite Micro's single rounding).
 // Element i is read before it is written, so the output may be either input (in place).
 #pragma once
 

@@ -1,9 +1,11 @@
 // Average pooling, int8, and global average pooling as its window over the whole plane.
 // The sum of (level - zero point) over the valid taps is divided by PyTorch's divisor (with
 // count_include_pad, the window clipped to the padded input; without, the valid taps),
-// rounded half away from zero as TFLite's reference kernel divides, and moved back to the
-// zero point. Input and output share their quantization, as LibTorch's quantized pooling
-// keeps it. Same order of work as conv2d.hpp: in place is safe where in_place.hpp says so.
+// rounded to the nearest, ties to even, and moved back to the zero point. Ties go LibTorch's
+// way (nearbyint of the mean), not TFLite's (half away from zero): with an even window (2x2: a
+// quarter of all sums) half away from zero put one output in eight a level off LibTorch's.
+// Input and output share their quantization, as LibTorch's quantized pooling keeps it. Same
+// order of work as conv2d.hpp: in place is safe where in_place.hpp says so.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,16 @@ constexpr avg_pool2d_params global_avg_pool2d(shape input, std::int32_t zero_poi
     return {input, {input.channels, 1, 1}, {input.height, input.width}, true, zero_point, range};
 }
 
+// sum / count rounded to the nearest integer, ties to even (nearbyint, as LibTorch's quantized
+// average pooling rounds its mean); 0 for an empty window.
+constexpr std::int32_t divide_half_even(std::int32_t sum, std::int32_t count) noexcept {
+    if (count <= 0) return 0;
+    const std::int32_t quotient = sum / count, remainder = sum - quotient * count;  // truncated toward zero
+    const std::int32_t twice = 2 * (remainder < 0 ? -remainder : remainder);
+    const bool up = twice > count || (twice == count && (quotient & 1) != 0);
+    return quotient + (up ? (sum < 0 ? -1 : 1) : 0);
+}
+
 inline void avg_pool2d(const avg_pool2d_params& p, const std::int8_t* input, std::int8_t* output) noexcept {
     for (int c = 0; c < p.output.channels; ++c) {
         const std::int8_t* plane = input + c * p.input.plane();
@@ -46,9 +58,7 @@ inline void avg_pool2d(const avg_pool2d_params& p, const std::int8_t* input, std
                 }
                 const std::int32_t count = p.count_include_pad ? padded_rows * padded_cols
                                                                : (rows.end - rows.begin) * (cols.end - cols.begin);
-                const std::int32_t mean =
-                    count <= 0 ? 0 : (sum >= 0 ? (sum + count / 2) / count : (sum - count / 2) / count);
-                output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(mean + p.zero_point, p.range);
+                output[(c * p.output.height + oy) * p.output.width + ox] = clamp_to(divide_half_even(sum, count) + p.zero_point, p.range);
             }
         }
     }

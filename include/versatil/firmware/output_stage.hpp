@@ -1,5 +1,5 @@
 // The last step of every int8 kernel: an int32 accumulator plus its bias, rescaled by a
-// fixed-point multiplier (math/requantize.hpp, TFLite's MultiplyByQuantizedMultiplier),
+// fixed-point multiplier with one rounding (math/requantize.hpp, TFLite Micro's single rounding),
 // moved to the output zero point and clamped to the activation range. A relu, relu6 or
 // hardtanh after the op is folded into that range by the code generator.
 #pragma once
@@ -22,13 +22,13 @@ constexpr std::int8_t clamp_to(std::int32_t level, activation_range range) noexc
     return static_cast<std::int8_t>(level < range.min ? range.min : (level > range.max ? range.max : level));
 }
 
-// accumulator * multiplier, as math::multiply_by_quantized_multiplier computes it (the same
-// function for multipliers of one and above), with the common case (below one: a
-// doubling high multiply and a rounding shift, all in 32-bit results) inlined into the
-// kernels' loops.
+// accumulator * multiplier rounded once (math::multiply_by_quantized_multiplier_single_rounding,
+// TFLite Micro's TFLITE_SINGLE_ROUNDING and CMSIS-NN's CMSIS_NN_USE_SINGLE_ROUNDING). Not
+// TFLite's reference double rounding (a doubling high multiply, then a rounding shift): its
+// two roundings put a layer up to 0.75 of a level off the real product, and over a network
+// those 1-level differences from LibTorch's engine (QNNPACK rounds once) add up to 2 levels.
 constexpr std::int32_t rescale(std::int32_t accumulator, math::fixed_point_multiplier m) noexcept {
-    if (m.shift > 0) return math::multiply_by_quantized_multiplier(accumulator, m);
-    return math::rounding_divide_by_power_of_two(math::saturating_rounding_doubling_high_mul(accumulator, m.multiplier), -m.shift);
+    return math::multiply_by_quantized_multiplier_single_rounding(accumulator, m);
 }
 
 // A rescaled value plus the output zero point (|offset| <= 255), clamped to the range: the
