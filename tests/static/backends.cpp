@@ -139,6 +139,29 @@ static_assert(X86Inductor<reduce_range>::config.input_activation->quant_max == 1
 static_assert(XNNPACK<qat>::config.weight->is_fake_quantize && !XNNPACK<>::config.weight->is_fake_quantize);
 static_assert(XNNPACK<dynamic>::config.input_activation->observer == placeholder);
 
+// --- The accuracy steps: cle and bias_correction switch on a step and change nothing else ------
+template <class With, class Without>
+constexpr bool only_steps_differ(bool cle, bool bias_correction) {
+    quantization_config expected = Without::config;
+    expected.cross_layer_equalization = cle;
+    expected.bias_correction = bias_correction;
+    return With::config == expected && !(With::config == Without::config);
+}
+static_assert(only_steps_differ<XNNPACK<per_tensor, cle>, XNNPACK<per_tensor>>(true, false));
+static_assert(only_steps_differ<XNNPACK<bias_correction>, XNNPACK<>>(false, true));
+static_assert(only_steps_differ<X86Inductor<cle, bias_correction>, X86Inductor<>>(true, true));
+static_assert(only_steps_differ<X86Inductor<reduce_range, cle>, X86Inductor<reduce_range>>(true, false));
+// cle is data-free and exact in float, so it also goes with dynamic quantization and QAT.
+static_assert(only_steps_differ<XNNPACK<dynamic, per_tensor, cle>, XNNPACK<dynamic, per_tensor>>(true, false));
+static_assert(only_steps_differ<X86Inductor<qat, cle>, X86Inductor<qat>>(true, false));
+static_assert(!X86Inductor<>::config.cross_layer_equalization && !X86Inductor<>::config.bias_correction);
+static_assert(XNNPACK<bias_correction, cle, per_tensor>::options == "per_tensor,cle,bias_correction");
+// bias_correction is post-training and static: with dynamic or qat it does not compile
+// (compile_fail/option_bias_correction_*.cpp), and the catalogue leaves those out.
+static_assert(options_combine<cle, bias_correction, per_tensor> && options_combine<dynamic, cle> &&
+              options_combine<qat, cle>);
+static_assert(!options_combine<dynamic, bias_correction> && !options_combine<bias_correction, qat>);
+
 // --- Families: every configuration of a policy template is one family, told apart by identity,
 // not by name; a policy that is no template of options has none.
 static_assert(descriptor_of<X86Inductor<>>.family == &family_of<X86Inductor>);

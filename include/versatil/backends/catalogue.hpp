@@ -3,10 +3,13 @@
 // run-time choice meets the compile-time policy types.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "versatil/backends/x86_inductor.hpp"
 #include "versatil/backends/xnnpack.hpp"
@@ -16,14 +19,6 @@
 namespace versatil {
 
 namespace detail {
-// A policy under every subset of its three options.
-template <template <auto...> class Policy, auto A, auto B, auto C>
-inline constexpr std::array<const backend_descriptor*, 8> every_option_subset{
-    &descriptor_of<Policy<>>,     &descriptor_of<Policy<A>>,    &descriptor_of<Policy<B>>,
-    &descriptor_of<Policy<A, B>>, &descriptor_of<Policy<C>>,    &descriptor_of<Policy<A, C>>,
-    &descriptor_of<Policy<B, C>>, &descriptor_of<Policy<A, B, C>>,
-};
-
 template <std::size_t... N>
 constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... parts) {
     std::array<const backend_descriptor*, (N + ...)> all{};
@@ -33,6 +28,29 @@ constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... pa
     }(), ...);
     return all;
 }
+
+// A policy under every subset of its options that combine (options_combine): `Chosen` plus
+// each subset of the rest.
+template <template <auto...> class Policy, auto... Chosen>
+struct option_subsets {
+    template <auto... Rest>
+    static constexpr auto of() {
+        if constexpr (sizeof...(Rest) != 0)
+            return without_and_with<Rest...>();
+        else if constexpr (options_combine<Chosen...>)
+            return std::array<const backend_descriptor*, 1>{&descriptor_of<Policy<Chosen...>>};
+        else
+            return std::array<const backend_descriptor*, 0>{};
+    }
+    template <auto First, auto... Rest>
+    static constexpr auto without_and_with() {
+        return concatenate(option_subsets<Policy, Chosen...>::template of<Rest...>(),
+                           option_subsets<Policy, Chosen..., First>::template of<Rest...>());
+    }
+};
+
+template <template <auto...> class Policy, auto... Options>
+inline constexpr auto every_option_subset = option_subsets<Policy>::template of<Options...>();
 }  // namespace detail
 
 // The built-in backends' policy templates: layers above the core give each its traits (the
@@ -40,8 +58,8 @@ constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... pa
 using builtin_families = family_list<X86Inductor, XNNPACK>;
 
 inline constexpr auto builtin_backends =
-    detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range>,
-                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor>);
+    detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction>,
+                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>);
 
 namespace detail {
 template <template <auto...> class... Policies>
@@ -76,6 +94,30 @@ constexpr bool lists_option(std::string_view options, std::string_view option) n
     return false;
 }
 
+// The options of the backend `name` in any of its configurations, each after the one it follows
+// in a configuration that has both (the widest configurations first), so in the policy's order.
+inline std::vector<std::string_view> known_options(std::span<const backend_descriptor* const> catalogue,
+                                                   std::string_view name) {
+    std::vector<const backend_descriptor*> configurations;
+    for (const backend_descriptor* descriptor : catalogue)
+        if (descriptor->name == name) configurations.push_back(descriptor);
+    const auto option_count = [](const backend_descriptor* d) {
+        return d->options.empty() ? 0 : 1 + std::ranges::count(d->options, ',');
+    };
+    std::ranges::stable_sort(configurations, std::greater{}, option_count);
+    std::vector<std::string_view> known;
+    for (const backend_descriptor* descriptor : configurations) {
+        auto after = known.begin();
+        for (std::string_view rest = descriptor->options; !rest.empty();) {
+            const std::string_view option = next_token(rest, ',');
+            auto found = std::ranges::find(known, option);
+            if (found == known.end()) found = known.insert(after, option);
+            after = found + 1;
+        }
+    }
+    return known;
+}
+
 inline std::string known_names(std::span<const backend_descriptor* const> catalogue) {
     std::string names;
     for (const backend_descriptor* descriptor : catalogue)
@@ -93,17 +135,16 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
     const std::string_view name = spec.substr(0, colon);
     const std::string_view options = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
 
-    const backend_descriptor* widest = nullptr;  // the configuration with every option
-    for (const backend_descriptor* descriptor : catalogue)
-        if (descriptor->name == name && (!widest || descriptor->options.size() > widest->options.size()))
-            widest = descriptor;
-    if (widest == nullptr)
+    // Every option some configuration of the backend takes, in the policy's order (options that
+    // do not combine are in no one configuration together).
+    const std::vector<std::string_view> known = detail::known_options(catalogue, name);
+    if (std::ranges::none_of(catalogue, [&](const backend_descriptor* d) { return d->name == name; }))
         return backend_spec_error{"unknown backend '" + std::string(name) +
                                   "' (known: " + detail::known_names(catalogue) + ")"};
 
     const auto accepted = [&] {
-        std::string list(widest->options);
-        for (char& c : list) c = c == ',' ? ' ' : c;
+        std::string list;
+        for (const std::string_view option : known) list.append(list.empty() ? "" : " ").append(option);
         return " (" + std::string(name) + " accepts: " + list + ")";
     };
     if (colon != std::string_view::npos && options.empty())
@@ -116,13 +157,19 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
         const std::string_view before = options.substr(0, options.size() - rest.size());
         const std::string_view option = detail::next_token(rest, ',');
         ++count;
-        if (!detail::lists_option(widest->options, option))
+        if (std::ranges::find(known, option) == known.end())
             return backend_spec_error{"unknown option '" + std::string(option) + "' for backend '" +
                                       std::string(name) + "'" + accepted()};
         if (detail::lists_option(before, option))
             return backend_spec_error{"option '" + std::string(option) + "' given twice in '" + std::string(spec) +
                                       "'"};
     }
+
+    for (const option_conflict& conflict : option_conflicts)
+        if (detail::lists_option(options, conflict.option) && detail::lists_option(options, conflict.other))
+            return backend_spec_error{"options '" + std::string(conflict.option) + "' and '" +
+                                      std::string(conflict.other) + "' do not combine in '" + std::string(spec) +
+                                      "': " + std::string(conflict.reason)};
 
     for (const backend_descriptor* descriptor : catalogue) {
         if (descriptor->name != name) continue;

@@ -25,11 +25,23 @@ struct reduce_range_t {
 struct per_tensor_t {
     static constexpr std::string_view name = "per_tensor";
 };
+struct cle_t {
+    static constexpr std::string_view name = "cle";
+};
+struct bias_correction_t {
+    static constexpr std::string_view name = "bias_correction";
+};
 
 inline constexpr dynamic_t dynamic{};            // activations quantized at run time
 inline constexpr qat_t qat{};                    // fake-quantize for quantization-aware training
 inline constexpr reduce_range_t reduce_range{};  // 7-bit activations (x86 without VNNI)
 inline constexpr per_tensor_t per_tensor{};      // one weight scale per tensor, not per channel
+// Cross-layer equalization (Nagel et al. 2019): conv/linear -> relu -> conv/linear chains
+// rescaled, exactly in float, so that paired weight channels have equal ranges.
+inline constexpr cle_t cle{};
+// Empirical bias correction: each layer's mean output shift under quantization, measured on
+// the calibration data, subtracted from its bias. Static post-training quantization only.
+inline constexpr bias_correction_t bias_correction{};
 
 }  // namespace options
 
@@ -68,6 +80,51 @@ inline constexpr bool options_are_valid =
 
 template <class Option, auto... Given>
 inline constexpr bool has_option = detail::option_count<Option, Given...> > 0;
+
+// Options that exclude each other whatever the backend, with the reason: the run-time spec
+// parser reports these; policies reject the same pairs at compile time (options_combine).
+struct option_conflict {
+    std::string_view option;
+    std::string_view other;
+    std::string_view reason;
+};
+
+inline constexpr std::array option_conflicts{
+    option_conflict{"bias_correction", "dynamic",
+                    "bias correction is measured on calibration data, and dynamic quantization takes none (its "
+                    "activation ranges are taken at run time)"},
+    option_conflict{"bias_correction", "qat",
+                    "quantization-aware training learns its biases with quantization in the loop; bias correction "
+                    "is for post-training quantization"},
+};
+
+// True when no two of `Given` conflict; the catalogue enumerates only such combinations.
+template <auto... Given>
+inline constexpr bool options_combine =
+    !(has_option<bias_correction_t, Given...> && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>));
+
+namespace detail {
+// Instantiated by a policy with conflicting options; the instantiation names the policy, the
+// assertion the rule (option_conflicts holds the same rules as text).
+template <fixed_string Policy, bool BiasCorrection, bool Dynamic, bool Qat>
+struct check_option_combination {
+    static_assert(!(BiasCorrection && Dynamic),
+                  "versatil: options 'bias_correction' and 'dynamic' do not combine: bias correction is measured on "
+                  "calibration data, and dynamic quantization takes none (the policy is named in the instantiation "
+                  "above)");
+    static_assert(!(BiasCorrection && Qat),
+                  "versatil: options 'bias_correction' and 'qat' do not combine: quantization-aware training learns "
+                  "its biases; bias correction is for post-training quantization (the policy is named in the "
+                  "instantiation above)");
+    static constexpr bool value = true;
+};
+}  // namespace detail
+
+// True when `Given` combine; otherwise a compile error naming `Policy` and the rule.
+template <fixed_string Policy, auto... Given>
+inline constexpr bool options_are_compatible =
+    detail::check_option_combination<Policy, has_option<bias_correction_t, Given...>, has_option<dynamic_t, Given...>,
+                                     has_option<qat_t, Given...>>::value;
 
 namespace detail {
 template <class Accepted, auto... Given>
