@@ -80,7 +80,7 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
                         "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
         }
     }
-    return {lowered, plan, converted.adjustments};
+    return {lowered, plan, converted.adjustments, std::nullopt};
 }
 
 }  // namespace versatil::libtorch

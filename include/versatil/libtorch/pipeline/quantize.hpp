@@ -50,7 +50,8 @@ struct quantized {
     std::optional<qat_result> training;  // QAT targets: what training did
 };
 
-// prepare, calibrate (or train, for QAT targets), convert and lower.
+// prepare (with cross-layer equalization), calibrate (or train, for QAT targets), convert,
+// correct biases and lower.
 inline quantized run_stages(const ::torch::jit::Module& model, const quantization_plan& plan, const quantize_data& data,
                             const quantize_options& options) {
     prepared_model prepared = prepare(model, plan);
@@ -69,7 +70,9 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
     lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
     if (!data.calibration.empty()) lowering.sample = data.calibration.front();
     else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
-    return {lower(convert(prepared), lowering), std::move(training)};
+    converted_model converted = convert(prepared);
+    correct_biases_for_targets(converted, data.calibration);
+    return {lower(converted, lowering), std::move(training)};
 }
 
 // `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
