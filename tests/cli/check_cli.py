@@ -75,6 +75,14 @@ with tempfile.TemporaryDirectory() as scratch:
     qat = json.loads((d / "qat.json").read_text())
     if qat["qat_steps"] != 40 or qat["quantized_ops"] != qat["quantizable_ops"]:
         failures.append(f"QAT run: {qat['qat_steps']} steps, {qat['quantized_ops']}/{qat['quantizable_ops']} ops")
+    # The accuracy steps: the options reach the report, with what each step did.
+    run("--model", model, "--data", data, "--target", "=xnnpack:per_tensor,cle,bias_correction", "--report",
+        d / "steps.json", "--no-per-layer", expect_text="xnnpack:per_tensor,cle,bias_correction")
+    steps = json.loads((d / "steps.json").read_text())
+    changes = " | ".join(a["change"] for a in steps["adjustments"])
+    if steps["targets"][0]["options"] != "per_tensor,cle,bias_correction" or "cle: weight ranges equalized" not in changes \
+            or "bias correction: " not in changes:
+        failures.append(f"cle,bias_correction run: options {steps['targets'][0]['options']!r}, changes: {changes}")
     fm = json.loads((d / "fm.json").read_text())
     if fm["float_accuracy"] is None or fm["quantized_accuracy"] is None:
         failures.append("accuracy missing with labelled test data")
@@ -87,6 +95,8 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
     run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")
     run("--target", "features", expect_status=2, expect_text="is not PATH=BACKEND")
+    run("--target", "=xnnpack:dynamic,bias_correction", expect_status=2,
+        expect_text="options 'bias_correction' and 'dynamic' do not combine")
     run("--target", "features=xnnpack", "--target", "features.0=xnnpack", expect_status=2, expect_text="overlap")
     run("--target", "features..0=xnnpack", expect_status=2, expect_text="invalid module path")
     run("--target", "features.9=xnnpack", expect_status=2, expect_text="'features' has no child '9'")

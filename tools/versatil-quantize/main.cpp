@@ -82,8 +82,9 @@ int main(int argc, char** argv) {
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
     app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
     app.add_option("--target", target_texts,
-                   "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor or xnnpack, OPT dynamic, qat, reduce_range or "
-                   "per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
+                   "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor or xnnpack, OPT dynamic, qat, reduce_range (x86), "
+                   "per_tensor (xnnpack), cle (cross-layer equalization) or bias_correction (static only); "
+                   "PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
     app.add_option("--out", out_path, "where to save the quantized TorchScript model");
     app.add_option("--report", report_path, "where to write the report as JSON");
     auto* batch_option =
