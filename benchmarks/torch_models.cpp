@@ -27,55 +27,24 @@
 
 #include <nlohmann/json.hpp>
 
-#include "versatil/libtorch.hpp"
-#include "versatil/libtorch/demo/fashion_mnist.hpp"
-#include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
+#include "benchmark_models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;
+using namespace versatil::benchmarks;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t calibration_batch = 32;
-constexpr int64_t calibration_batches = 8;
-constexpr int64_t evaluation_batch = 250;
 constexpr int quantize_repeats = 3;
 constexpr int latency_rounds = 3;  // the machine is shared: the quietest of 3 medians (peer.py does the same)
-
-struct model_entry {
-    std::string name;
-    std::function<::torch::jit::Module()> build;
-    double learning_rate;
-};
 
 void write_pickle(const c10::IValue& value, const fs::path& path) {
     const std::vector<char> bytes = ::torch::jit::pickle_save(value);
     std::ofstream out(path, std::ios::binary);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-std::vector<batch> batches_of(const at::Tensor& all, int64_t rows) {
-    std::vector<batch> batches;
-    for (int64_t begin = 0; begin < all.size(0); begin += rows)
-        batches.push_back(all.slice(0, begin, std::min(begin + rows, all.size(0))).contiguous());
-    return batches;
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
-}
-
-runtime_quantizer whole_model(const std::string& spec) {
-    auto backend = parse_backend_spec(spec);
-    if (!backend) throw std::runtime_error(backend.error().message);
-    auto composed = runtime_quantizer::compose({{"", *backend}});
-    if (!composed) throw std::runtime_error(composed.error().message);
-    return *composed;
 }
 
 // prepare, calibrate, convert and lower: the steps quantize() runs before it measures anything.
@@ -177,10 +146,9 @@ int main(int argc, char** argv) {
     try {
         at::set_num_threads(1);  // one thread throughout: training (fastest here) and every timing
         fs::create_directories(out / "scaling");
-        const dataset train = load_fashion_mnist(fashion_mnist_split::train, 12000);
+        const dataset train = load_fashion_mnist(fashion_mnist_split::train, train_images);
         const dataset test = load_fashion_mnist(fashion_mnist_split::test, test_count);
-        // Calibration images are training images the models were trained on; evaluation is held out.
-        const at::Tensor calib = train.images.slice(0, 0, calibration_batch * calibration_batches).contiguous();
+        const at::Tensor calib = calibration_images(train);
         const std::vector<batch> calibration = batches_of(calib, calibration_batch);
         const std::vector<batch> evaluation = batches_of(test.images, evaluation_batch);
         {
@@ -191,12 +159,7 @@ int main(int argc, char** argv) {
             write_pickle(data, out / "data.pt");
         }
 
-        const std::vector<model_entry> models{
-            {"mlp", [] { return mlp(0); }, 2e-3},
-            {"transformer_encoder", [] { return transformer_encoder(0); }, 1e-3},
-            {"resnet_cnn", [] { return resnet_cnn(0); }, 2e-3},
-            {"mobilenet_cnn", [] { return mobilenet_cnn(0); }, 2e-3},
-        };
+        const std::vector<model_entry> models = benchmark_models();
         const std::vector<std::string> specs{"x86_inductor", "xnnpack", "x86_inductor:dynamic", "xnnpack:dynamic"};
 
         json results;
@@ -209,12 +172,9 @@ int main(int argc, char** argv) {
                              {"threads", 1}};
         for (const model_entry& entry : models) {
             ::torch::jit::Module model = entry.build();
-            training_options options;
-            options.steps = quick ? std::min<int64_t>(steps, 20) : steps;
-            options.learning_rate = entry.learning_rate;
-            options.num_threads = 1;
+            const int64_t steps_run = quick ? std::min<int64_t>(steps, 20) : steps;
             const auto train_start = std::chrono::steady_clock::now();
-            const training_result trained = train_classifier(model, train.images, train.labels, options);
+            const training_result trained = train_model(model, entry, train, steps_run);
             const double train_seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
             fs::create_directories(out / entry.name);
@@ -223,7 +183,7 @@ int main(int argc, char** argv) {
             write_pickle(reference.tensors.front(), out / entry.name / "reference.pt");
             const double float_top1 = top1_accuracy(reference, test.labels);
             std::printf("%-20s trained %lld steps in %.1f s, loss %.3f, float top-1 %.2f %%\n", entry.name.c_str(),
-                        static_cast<long long>(options.steps), train_seconds, trained.final_loss, 100 * float_top1);
+                        static_cast<long long>(steps_run), train_seconds, trained.final_loss, 100 * float_top1);
             std::fflush(stdout);
 
             json model_json = {{"train_seconds", train_seconds},
@@ -290,8 +250,8 @@ int main(int argc, char** argv) {
                     result.model.module.save(
                         (out / entry.name / ("versatil_" + backend + "_" + (dynamic ? "dynamic" : "static") + ".pt"))
                             .string());
-                    run["quantize_nodes"] = detail::count_nodes(result.model.module, is_quantize_node);
-                    run["dequantize_nodes"] = detail::count_nodes(result.model.module, is_dequantize_node);
+                    run["quantize_nodes"] = libtorch::detail::count_nodes(result.model.module, is_quantize_node);
+                    run["dequantize_nodes"] = libtorch::detail::count_nodes(result.model.module, is_dequantize_node);
                     const engine_scope scope(engine_settings{result.model.plan.engine, 1, std::nullopt});
                     // A fresh copy per batch size: oneDNN keeps the primitive of its first input shape.
                     for (const int64_t batch : {int64_t{1}, int64_t{8}}) {

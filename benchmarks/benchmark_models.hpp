@@ -1,0 +1,76 @@
+// What the LibTorch benchmarks share: the four Fashion-MNIST models and how they are trained
+// (so torch_models and accuracy_steps measure the same weights: training is deterministic on one
+// thread), the data split, and small helpers.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/pipeline/training.hpp"
+
+namespace versatil::benchmarks {
+
+inline constexpr std::int64_t calibration_batch = 32;
+inline constexpr std::int64_t calibration_batches = 8;
+inline constexpr std::int64_t evaluation_batch = 250;
+inline constexpr std::int64_t train_images = 12000;
+
+struct model_entry {
+    std::string name;
+    std::function<::torch::jit::Module()> build;
+    double learning_rate;
+};
+
+inline std::vector<model_entry> benchmark_models() {
+    using namespace versatil::libtorch;
+    return {
+        {"mlp", [] { return mlp(0); }, 2e-3},
+        {"transformer_encoder", [] { return transformer_encoder(0); }, 1e-3},
+        {"resnet_cnn", [] { return resnet_cnn(0); }, 2e-3},
+        {"mobilenet_cnn", [] { return mobilenet_cnn(0); }, 2e-3},
+    };
+}
+
+// The model of `entry`, trained for `steps` Adam steps on one thread.
+inline libtorch::training_result train_model(::torch::jit::Module& model, const model_entry& entry,
+                                             const libtorch::dataset& data, std::int64_t steps) {
+    libtorch::training_options options;
+    options.steps = steps;
+    options.learning_rate = entry.learning_rate;
+    options.num_threads = 1;
+    return libtorch::train_classifier(model, data.images, data.labels, options);
+}
+
+inline std::vector<libtorch::batch> batches_of(const at::Tensor& all, std::int64_t rows) {
+    std::vector<libtorch::batch> batches;
+    for (std::int64_t begin = 0; begin < all.size(0); begin += rows)
+        batches.push_back(all.slice(0, begin, std::min(begin + rows, all.size(0))).contiguous());
+    return batches;
+}
+
+// Calibration images are training images the models were trained on; evaluation is held out.
+inline at::Tensor calibration_images(const libtorch::dataset& train) {
+    return train.images.slice(0, 0, calibration_batch * calibration_batches).contiguous();
+}
+
+inline double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+inline runtime_quantizer whole_model(const std::string& spec) {
+    auto backend = parse_backend_spec(spec);
+    if (!backend) throw std::runtime_error(backend.error().message);
+    auto composed = runtime_quantizer::compose({{"", *backend}});
+    if (!composed) throw std::runtime_error(composed.error().message);
+    return *composed;
+}
+
+}  // namespace versatil::benchmarks
