@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "versatil/backends/cortex_m.hpp"
 #include "versatil/backends/x86_inductor.hpp"
 #include "versatil/backends/xnnpack.hpp"
 #include "versatil/core/backend.hpp"
@@ -55,11 +56,12 @@ inline constexpr auto every_option_subset = option_subsets<Policy>::template of<
 
 // The built-in backends' policy templates: layers above the core give each its traits (the
 // LibTorch layer's lowering traits), and every configured policy below is of one.
-using builtin_families = family_list<X86Inductor, XNNPACK>;
+using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
 
 inline constexpr auto builtin_backends =
     detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction>,
-                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>);
+                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>,
+                        detail::every_option_subset<CortexM, qat, per_tensor>);
 
 namespace detail {
 template <template <auto...> class... Policies>
