@@ -290,8 +290,8 @@ int main(int argc, char** argv) {
                     result.model.module.save(
                         (out / entry.name / ("versatil_" + backend + "_" + (dynamic ? "dynamic" : "static") + ".pt"))
                             .string());
-                    run["quantize_nodes"] = detail::count_nodes(result.model.module, is_quantize_node);
-                    run["dequantize_nodes"] = detail::count_nodes(result.model.module, is_dequantize_node);
+                    run["quantize_nodes"] = libtorch::detail::count_nodes(result.model.module, is_quantize_node);
+                    run["dequantize_nodes"] = libtorch::detail::count_nodes(result.model.module, is_dequantize_node);
                     const engine_scope scope(engine_settings{result.model.plan.engine, 1, std::nullopt});
                     // A fresh copy per batch size: oneDNN keeps the primitive of its first input shape.
                     for (const int64_t batch : {int64_t{1}, int64_t{8}}) {
