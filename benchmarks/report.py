@@ -661,6 +661,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         from zoo_peer import render
         lines += render(json.loads(architectures.read_text()))
+    firmware = root / "benchmarks" / "results" / "firmware.json"
+    if firmware.exists():  # measured by benchmarks/firmware.py, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        import firmware as firmware_benchmark
+        lines += firmware_benchmark.render(json.loads(firmware.read_text()))
     (root / "benchmarks" / "RESULTS.md").write_text("\n".join(lines).rstrip() + "\n")
 
 

@@ -12,20 +12,22 @@ namespace {
 
 using namespace versatil;
 
-// The deployed model: depthwise-separable features per channel, a per-tensor classifier head,
-// the final softmax kept in float.
-using deployed = Quantizer<Target<"features", XNNPACK<>>, Target<"classifier", XNNPACK<per_tensor>>,
+// The deployed model, quantized for the firmware backend (the int8 scheme CMSIS-NN and TFLite
+// Micro run): depthwise-separable features per channel, a per-tensor classifier head, the
+// final softmax kept in float.
+using deployed = Quantizer<Target<"features", CortexM<>>, Target<"classifier", CortexM<per_tensor>>,
                            Exclude<"classifier.softmax">>;
 
-static_assert(deployed::backend_names == std::array<std::string_view, 2>{"xnnpack", "xnnpack"});
+static_assert(deployed::backend_names == std::array<std::string_view, 2>{"cortex_m", "cortex_m"});
 static_assert(deployed::needs_calibration && !deployed::is_dynamic && !deployed::is_qat);
-static_assert(deployed::supported_device_types.contains(device_type::cpu));
+static_assert(deployed::supported_device_types.contains(device_type::mcu));
 static_assert(deployed::quantizer_for("features.3.depthwise")->config().weight->qscheme ==
               qscheme::per_channel_symmetric);
 static_assert(deployed::quantizer_for("classifier.fc")->config().weight->qscheme == qscheme::per_tensor_symmetric);
 static_assert(!deployed::quantizer_for("classifier.softmax"));
 
-// Firmware has no process environment: a store of its own records what a backend would set.
+// Firmware has no process environment: a store of its own records what a backend would set
+// (CortexM sets nothing).
 struct firmware_store {
     static inline int writes = 0;
     static std::optional<std::string> get(std::string_view) { return std::nullopt; }
@@ -47,6 +49,6 @@ static_assert(output_multiplier.multiplier >= (1 << 30) && output_multiplier.shi
 
 // An int32 accumulator of the int8 kernel to the int8 output, as the device computes it.
 extern "C" std::int32_t versatil_requantize(std::int32_t accumulator, std::int32_t output_zero_point) {
-    const auto scope = XNNPACK<>::environment_context<firmware_store>();
+    const auto scope = CortexM<>::environment_context<firmware_store>();
     return math::requantize(accumulator, output_multiplier, output_zero_point, -128, 127);
 }

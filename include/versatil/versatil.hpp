@@ -4,6 +4,7 @@
 #pragma once
 
 #include "versatil/backends/catalogue.hpp"
+#include "versatil/backends/cortex_m.hpp"
 #include "versatil/backends/x86_inductor.hpp"
 #include "versatil/backends/xnnpack.hpp"
 #include "versatil/core/backend.hpp"

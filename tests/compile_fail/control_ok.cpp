@@ -10,6 +10,8 @@ using composed = Quantizer<Target<"encoder", XNNPACK<dynamic>>, Target<"head", X
 static_assert(composed::is_dynamic);
 static_assert(Quantizer<Target<"", XNNPACK<qat, per_tensor>>, Exclude<"layers.0">>::is_qat);
 static_assert(Quantizer<Target<"layers.10", XNNPACK<>>>::needs_calibration);
+static_assert(Quantizer<Target<"features", CortexM<per_tensor>>, Target<"classifier", CortexM<>>>::needs_calibration);
+static_assert(CortexM<qat>::is_qat);
 constexpr quantization_spec spec = checked(quantization_spec{});
 template <Backend B>
 constexpr bool accepts() { return true; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "versatil/math/qparams.hpp"
 #include "versatil/math/quantize.hpp"
@@ -55,12 +56,12 @@ TEST_CASE("affine qparams represent zero exactly and cover the observed range") 
     }
 }
 
-TEST_CASE("fixed-point requantization is off the real product by no more than its roundings allow") {
+TEST_CASE("fixed-point requantization, rounded twice or once, is off the real product by no more than its roundings allow") {
     std::mt19937 random(5);
     // Log-uniform multipliers from 2^-20 to 8: every shift from -20 to 3, both code paths.
     std::uniform_real_distribution<double> log2_multiplier(-20.0, 3.0);
     std::uniform_int_distribution<std::int32_t> accumulator(-(1 << 22), 1 << 22);
-    double worst_margin = 1.0;
+    double worst_margin = 1.0, worst_single_margin = 1.0;
     for (int i = 0; i < 20000; ++i) {
         const double real = std::exp2(log2_multiplier(random));
         const std::int32_t x = accumulator(random);
@@ -76,10 +77,43 @@ TEST_CASE("fixed-point requantization is off the real product by no more than it
         const double error = std::abs(multiply_by_quantized_multiplier(x, fixed) - exact);
         REQUIRE(error <= bound);
         worst_margin = std::min(worst_margin, bound - error);
+        // Single rounding (the firmware runtime's): half a level plus the multiplier's error, at every shift.
+        const double single_bound = 0.5 + std::abs(exact) * 0x1p-31 + 1e-9;
+        const double single_error = std::abs(multiply_by_quantized_multiplier_single_rounding(x, fixed) - exact);
+        REQUIRE(single_error <= single_bound);
+        worst_single_margin = std::min(worst_single_margin, single_bound - single_error);
     }
-    // The bound is reached, not just respected: the closest case comes within 0.001 of it
-    // (measured: 7e-5), so it is not looser than the arithmetic.
+    // The bounds are reached, not just respected: the closest case comes within 0.001 of each
+    // (measured: 7e-5 for the double rounding), so they are not looser than the arithmetic.
     CHECK(worst_margin < 1e-3);
+    CHECK(worst_single_margin < 1e-3);
+}
+
+TEST_CASE("single-rounding requantization is the exact rational product rounded once") {
+    // The reference: x * multiplier / 2^(31 - shift) as a quotient and a remainder (floor
+    // division), rounded up when the remainder is half the divisor or more, saturated.
+    const auto exact_rounding = [](std::int32_t x, fixed_point_multiplier m) {
+        const std::int64_t product = std::int64_t{x} * m.multiplier;
+        const std::int64_t divisor = std::int64_t{1} << (31 - m.shift);
+        std::int64_t quotient = product / divisor, remainder = product % divisor;
+        if (remainder < 0) {
+            --quotient;
+            remainder += divisor;
+        }
+        const std::int64_t rounded = quotient + (2 * remainder >= divisor ? 1 : 0);
+        return static_cast<std::int32_t>(std::clamp<std::int64_t>(rounded, INT32_MIN, INT32_MAX));
+    };
+    std::mt19937 random(6);
+    std::vector<std::int32_t> values{0, 1, -1, 2, -2, 3, -3, INT32_MAX, INT32_MIN, INT32_MIN + 1, 1 << 30, -(1 << 30)};
+    for (int i = 0; i < 4000; ++i) values.push_back(static_cast<std::int32_t>(random()) >> (random() % 31));
+    const std::int32_t edges[] = {0, 1, -1, 1 << 30, INT32_MAX, INT32_MIN, -(1 << 30)};
+    for (std::int32_t x : values)
+        for (int shift = -31; shift <= 30; ++shift) {
+            const auto normalised = static_cast<std::int32_t>((1U << 30) + (random() >> 2));  // [2^30, 2^31)
+            for (std::int32_t multiplier : {edges[random() % 7], normalised, -normalised})
+                REQUIRE(multiply_by_quantized_multiplier_single_rounding(x, {multiplier, shift}) ==
+                        exact_rounding(x, {multiplier, shift}));
+        }
 }
 
 TEST_CASE("requantization saturates instead of overflowing") {

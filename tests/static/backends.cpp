@@ -1,9 +1,13 @@
 // Backend traits and configs. The expected configs are written out from torchao's factories
-// (get_default_x86_inductor_quantization_config, get_symmetric_quantization_config) for every
-// option combination, independently of the headers' code.
+// (get_default_x86_inductor_quantization_config, get_symmetric_quantization_config) and, for
+// cortex_m, from TFLite Micro's int8 scheme, for every option combination, independently of
+// the headers' code.
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 
+#include "versatil/backends/cortex_m.hpp"
 #include "versatil/backends/x86_inductor.hpp"
 #include "versatil/backends/xnnpack.hpp"
 #include "versatil/core/backend.hpp"
@@ -15,6 +19,7 @@ using enum observer_kind;
 // --- The concept: models and non-models, one negative case per member -------------------
 static_assert(Backend<X86Inductor<>> && Backend<X86Inductor<dynamic, qat, reduce_range>>);
 static_assert(Backend<XNNPACK<>> && Backend<XNNPACK<per_tensor, dynamic>>);
+static_assert(Backend<CortexM<>> && Backend<CortexM<per_tensor, qat>>);
 
 struct complete {
     static constexpr std::string_view name = "complete";
@@ -139,12 +144,56 @@ static_assert(X86Inductor<reduce_range>::config.input_activation->quant_max == 1
 static_assert(XNNPACK<qat>::config.weight->is_fake_quantize && !XNNPACK<>::config.weight->is_fake_quantize);
 static_assert(XNNPACK<dynamic>::config.input_activation->observer == placeholder);
 
+// --- cortex_m: TFLite Micro's int8 scheme (int8 asymmetric activations, int8 symmetric
+// weights -127..127 with zero point 0, int32 biases at input_scale * weight_scale) ----------
+static_assert(CortexM<>::name == "cortex_m");
+static_assert(!CortexM<>::is_dynamic && !CortexM<>::is_qat && CortexM<qat>::is_qat);
+static_assert(CortexM<>::is_per_channel && !CortexM<per_tensor>::is_per_channel);
+// A microcontroller, not the CPU: composing with a CPU backend has no device in common.
+static_assert(CortexM<>::supported_device_types == device_set{device_type::mcu});
+static_assert((CortexM<>::supported_device_types & XNNPACK<>::supported_device_types).empty());
+static_assert(CortexM<>::environment.empty());
+static_assert(CortexM<per_tensor, qat>::options == "qat,per_tensor" && CortexM<qat, per_tensor>::options == "qat,per_tensor");
+static_assert(CortexM<per_tensor, qat>::config == CortexM<qat, per_tensor>::config);
+
+constexpr quantization_spec cortex_m_activation(bool qat) {
+    return {dtype::int8, -128, 127, qscheme::per_tensor_affine, -1, qat ? moving_average_min_max : histogram, eps, qat,
+            0.01F, false};
+}
+constexpr quantization_spec cortex_m_weight(bool qat, bool per_channel) {
+    const observer_kind observer = qat ? (per_channel ? moving_average_per_channel_min_max : moving_average_min_max)
+                                       : (per_channel ? per_channel_min_max : min_max);
+    return {dtype::int8, -127, 127, per_channel ? qscheme::per_channel_symmetric : qscheme::per_tensor_symmetric,
+            per_channel ? 0 : -1, observer, eps, qat, 0.01F, false};
+}
+constexpr quantization_spec cortex_m_bias(bool per_channel) {  // never fake-quantized: derived from the others
+    return {dtype::int32, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max(),
+            per_channel ? qscheme::per_channel_symmetric : qscheme::per_tensor_symmetric, per_channel ? 0 : -1,
+            derived, eps, false, 0.01F, false};
+}
+
+template <bool Qat, bool PerChannel, class Policy>
+constexpr bool cortex_m_matches_tflite_micro() {
+    static_assert(Policy::is_qat == Qat && Policy::is_per_channel == PerChannel && !Policy::is_dynamic);
+    const quantization_config expected{cortex_m_activation(Qat), cortex_m_activation(Qat),
+                                       cortex_m_weight(Qat, PerChannel), cortex_m_bias(PerChannel), Qat};
+    return Policy::config == expected && is_valid(Policy::config);
+}
+static_assert(cortex_m_matches_tflite_micro<false, true, CortexM<>>());
+static_assert(cortex_m_matches_tflite_micro<true, true, CortexM<qat>>());
+static_assert(cortex_m_matches_tflite_micro<false, false, CortexM<per_tensor>>());
+static_assert(cortex_m_matches_tflite_micro<true, false, CortexM<per_tensor, qat>>());
+// Zero point 0 and a range symmetric about it: -127, not -128 (so -w is always representable).
+static_assert(CortexM<>::config.weight->quant_min == -CortexM<>::config.weight->quant_max);
+
 // --- Families: every configuration of a policy template is one family, told apart by identity,
 // not by name; a policy that is no template of options has none.
 static_assert(descriptor_of<X86Inductor<>>.family == &family_of<X86Inductor>);
 static_assert(descriptor_of<X86Inductor<dynamic, qat, reduce_range>>.family == &family_of<X86Inductor>);
 static_assert(descriptor_of<XNNPACK<per_tensor>>.family == &family_of<XNNPACK>);
 static_assert(&family_of<XNNPACK> != &family_of<X86Inductor>);
+static_assert(descriptor_of<CortexM<per_tensor, qat>>.family == &family_of<CortexM> &&
+              &family_of<CortexM> != &family_of<XNNPACK> && family_of<CortexM>.name == "cortex_m");
 static_assert(family_of<XNNPACK>.name == "xnnpack" && family_of<X86Inductor>.name == "x86_inductor");
 static_assert(descriptor_of<user_backend>.family == nullptr);
 

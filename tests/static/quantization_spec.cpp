@@ -35,6 +35,8 @@ static_assert(first_violated_rule(with(valid, [](auto& s) { s.is_dynamic = true;
 static_assert(first_violated_rule(with(valid, [](auto& s) { s.eps = 0.0F; })) == eps_must_be_positive);
 static_assert(first_violated_rule(with(valid, [](auto& s) { s.averaging_constant = 0.0F; })) ==
               averaging_constant_must_be_in_0_1);
+static_assert(first_violated_rule(with(valid, [](auto& s) { s.observer = observer_kind::derived; })) ==
+              derived_only_for_int32);
 
 // The kept side of each rule.
 static_assert(is_valid(with(valid, [](auto& s) {
@@ -53,6 +55,9 @@ static_assert(is_valid(with(valid, [](auto& s) {  // torchao's dynamic QAT activ
     s.averaging_constant = 1.0F;
 })));
 static_assert(is_valid(quantization_spec{.dtype = dtype::int32, .quant_min = -(1 << 30), .quant_max = 1 << 30}));
+static_assert(is_valid(quantization_spec{.dtype = dtype::int32, .quant_min = INT32_MIN, .quant_max = INT32_MAX,
+                                         .qscheme = qscheme::per_channel_symmetric, .ch_axis = 0,
+                                         .observer = observer_kind::derived}));  // a per-channel int32 bias
 
 // Specs and configs compare by value.
 static_assert(with(valid, [](auto& s) { s.eps = 0.5F; }) != valid);

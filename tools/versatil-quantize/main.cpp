@@ -2,12 +2,15 @@
 // did, save the result.
 //
 //   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
-//                     [--out Q.pt] [--report R.json] [--batch N] [--threads N]
+//                     [--out Q.pt] [--report R.json] [--export H.hpp [--export-namespace NAME]]
+//                     [--batch N] [--threads N]
 //                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer] [--verbose]
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
 // and prints the report. Targets with the qat option are trained first (on the data file's
-// train_inputs / train_labels). Exit status: 0 done, 2 bad arguments or input (a model
+// train_inputs / train_labels). --export writes a model quantized for a microcontroller
+// (cortex_m) as a C++ header for the firmware runtime, and adds the firmware section to the
+// report. Exit status: 0 done, 2 bad arguments or input (a model
 // LibTorch cannot quantize included) or a fault of the machine the message names (no space,
 // a file-size limit, a killed process), 1 anything else, 128 + N when signal N stopped the
 // run (temporary files removed, nothing half written); every error is one line (--verbose
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "versatil/libtorch.hpp"
+#include "versatil/libtorch/export/firmware.hpp"
 #include "versatil/libtorch/files/data_file.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/pipeline/target_spec.hpp"
@@ -68,11 +72,23 @@ std::string version_text() {
     return text;
 }
 
+// The header's namespace: the one given, or the header file's stem ("fm_cnn" for fm_cnn.hpp).
+std::string export_namespace(const std::string& header_path, const std::optional<std::string>& given) {
+    const std::string name = given ? *given : std::filesystem::path(header_path).stem().string();
+    try {
+        codegen::check_namespace(name);
+    } catch (const std::invalid_argument& failure) {
+        throw error(error_kind::invalid_argument,
+                    std::string(failure.what()) + (given ? "" : "; name one with --export-namespace"));
+    }
+    return name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Quantize a TorchScript model with versatil's backends (x86_inductor, xnnpack)"};
-    std::optional<std::string> model_path, data_path, out_path, report_path;
+    CLI::App app{"Quantize a TorchScript model with versatil's backends (x86_inductor, xnnpack, cortex_m)"};
+    std::optional<std::string> model_path, data_path, out_path, report_path, export_path, export_namespace_name;
     std::vector<std::string> target_texts;
     std::int64_t batch = 1;
     int threads = 1;
@@ -82,10 +98,15 @@ int main(int argc, char** argv) {
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
     app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
     app.add_option("--target", target_texts,
-                   "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor or xnnpack, OPT dynamic, qat, reduce_range or "
-                   "per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
+                   "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor, xnnpack or cortex_m, OPT dynamic, qat, "
+                   "reduce_range or per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
     app.add_option("--out", out_path, "where to save the quantized TorchScript model");
     app.add_option("--report", report_path, "where to write the report as JSON");
+    app.add_option("--export", export_path,
+                   "where to write the model as a C++ header for the firmware runtime (needs --target =cortex_m)");
+    app.add_option("--export-namespace", export_namespace_name,
+                   "the header's namespace (default: the header file's name without .hpp)")
+        ->needs("--export");
     auto* batch_option =
         app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat)")
             ->check(CLI::PositiveNumber);
@@ -109,6 +130,14 @@ int main(int argc, char** argv) {
         if (!quantizer) throw error(error_kind::invalid_argument, quantizer.error().message);
         if (data_path && !model_path)
             throw error(error_kind::invalid_argument, "--data needs --model (the embedded default brings its own data)");
+        std::string namespace_name;
+        if (export_path) {
+            if (!quantizer->supported_device_types().contains(device_type::mcu))
+                throw error(error_kind::invalid_argument,
+                            "--export writes firmware for a microcontroller: quantize for one (--target =cortex_m)");
+            namespace_name = export_namespace(*export_path, export_namespace_name);
+            refuse_input_as_output(*export_path, model_path);
+        }
 
         inputs in = model_path ? from_files(*model_path, data_path) : embedded_default();
         if (model_path && in.data.calibration.empty() && in.data.evaluation.empty())
@@ -125,22 +154,32 @@ int main(int argc, char** argv) {
             in.data.train_inputs = inputs;
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
-        const quantization_result result =
+        quantization_result result =
             quantize(in.model, *quantizer, in.data,
                      {.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat});
+        std::optional<firmware_export> exported;
+        if (export_path) {
+            exported = export_firmware(in.model, result.model,
+                                       in.data.evaluation.empty() ? in.data.calibration : in.data.evaluation,
+                                       namespace_name);
+            result.report.firmware = exported->report;
+        }
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);
-        // Both outputs are staged and committed as a set: a report never describes a model
-        // that could not be saved, and a failure leaves neither behind.
-        std::optional<output_file> model_file, report_file;
+        // The outputs are staged and committed as a set: a report never describes a model that
+        // could not be saved, and a failure leaves none behind.
+        std::optional<output_file> model_file, report_file, header_file;
         if (out_path) {
             refuse_input_as_output(*out_path, model_path);
             write_quantized(model_file.emplace(*out_path), result.model);
         }
         if (report_path) report_file.emplace(*report_path).write(to_json(result.report).dump(2) + "\n");
-        commit_together({model_file ? &*model_file : nullptr, report_file ? &*report_file : nullptr});
+        if (export_path) header_file.emplace(*export_path).write(exported->header);
+        commit_together({model_file ? &*model_file : nullptr, report_file ? &*report_file : nullptr,
+                         header_file ? &*header_file : nullptr});
         if (out_path) std::printf("saved %s\n", out_path->c_str());
+        if (export_path) std::printf("exported %s (namespace %s)\n", export_path->c_str(), namespace_name.c_str());
         return 0;
     } catch (const error& failure) {
         std::fprintf(stderr, "versatil-quantize: error (%s): %s\n", std::string(to_string(failure.kind())).c_str(),

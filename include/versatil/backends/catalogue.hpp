@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "versatil/backends/cortex_m.hpp"
 #include "versatil/backends/x86_inductor.hpp"
 #include "versatil/backends/xnnpack.hpp"
 #include "versatil/core/backend.hpp"
@@ -16,14 +17,6 @@
 namespace versatil {
 
 namespace detail {
-// A policy under every subset of its three options.
-template <template <auto...> class Policy, auto A, auto B, auto C>
-inline constexpr std::array<const backend_descriptor*, 8> every_option_subset{
-    &descriptor_of<Policy<>>,     &descriptor_of<Policy<A>>,    &descriptor_of<Policy<B>>,
-    &descriptor_of<Policy<A, B>>, &descriptor_of<Policy<C>>,    &descriptor_of<Policy<A, C>>,
-    &descriptor_of<Policy<B, C>>, &descriptor_of<Policy<A, B, C>>,
-};
-
 template <std::size_t... N>
 constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... parts) {
     std::array<const backend_descriptor*, (N + ...)> all{};
@@ -33,15 +26,36 @@ constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... pa
     }(), ...);
     return all;
 }
+
+// A policy under every subset of its options: `Chosen` plus each subset of the rest.
+template <template <auto...> class Policy, auto... Chosen>
+struct option_subsets {
+    template <auto... Rest>
+    static constexpr auto of() {
+        if constexpr (sizeof...(Rest) == 0)
+            return std::array<const backend_descriptor*, 1>{&descriptor_of<Policy<Chosen...>>};
+        else
+            return without_and_with<Rest...>();
+    }
+    template <auto First, auto... Rest>
+    static constexpr auto without_and_with() {
+        return concatenate(option_subsets<Policy, Chosen...>::template of<Rest...>(),
+                           option_subsets<Policy, Chosen..., First>::template of<Rest...>());
+    }
+};
+
+template <template <auto...> class Policy, auto... Options>
+inline constexpr auto every_option_subset = option_subsets<Policy>::template of<Options...>();
 }  // namespace detail
 
 // The built-in backends' policy templates: layers above the core give each its traits (the
 // LibTorch layer's lowering traits), and every configured policy below is of one.
-using builtin_families = family_list<X86Inductor, XNNPACK>;
+using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
 
 inline constexpr auto builtin_backends =
     detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range>,
-                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor>);
+                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor>,
+                        detail::every_option_subset<CortexM, qat, per_tensor>);
 
 namespace detail {
 template <template <auto...> class... Policies>

@@ -10,12 +10,14 @@
 
 namespace versatil {
 
-enum class device_type : std::uint8_t { cpu, cuda, mps, xpu, hip, meta };
+// PyTorch's device types, and `mcu`: a microcontroller, where a model runs as exported firmware
+// (no PyTorch there; the LibTorch layer quantizes for it on the host's CPU).
+enum class device_type : std::uint8_t { cpu, cuda, mps, xpu, hip, meta, mcu };
 
-inline constexpr std::array all_device_types{device_type::cpu, device_type::cuda, device_type::mps,
-                                             device_type::xpu, device_type::hip, device_type::meta};
+inline constexpr std::array all_device_types{device_type::cpu, device_type::cuda, device_type::mps, device_type::xpu,
+                                             device_type::hip, device_type::meta, device_type::mcu};
 
-// The spelling PyTorch uses for the device type ("cpu", "cuda", ...).
+// The spelling PyTorch uses for the device type ("cpu", "cuda", ...); "mcu" is versatil's own.
 constexpr std::string_view to_string(device_type device) noexcept {
     switch (device) {
         case device_type::cpu: return "cpu";
@@ -24,6 +26,7 @@ constexpr std::string_view to_string(device_type device) noexcept {
         case device_type::xpu: return "xpu";
         case device_type::hip: return "hip";
         case device_type::meta: return "meta";
+        case device_type::mcu: return "mcu";
     }
     return "unknown";
 }

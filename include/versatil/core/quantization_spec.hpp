@@ -25,6 +25,8 @@ enum class observer_kind : std::uint8_t {
     moving_average_per_channel_min_max,
     histogram,    // MSE-minimising range search over a histogram
     placeholder,  // dynamic quantization: the range is taken at run time
+    derived,      // nothing observed: the scale follows from other tensors' (an int32 bias at
+                  // input_scale * weight_scale, per output channel with per-channel weights)
 };
 
 constexpr std::string_view to_string(dtype value) noexcept {
@@ -55,6 +57,7 @@ constexpr std::string_view to_string(observer_kind value) noexcept {
         case observer_kind::moving_average_per_channel_min_max: return "moving_average_per_channel_min_max";
         case observer_kind::histogram: return "histogram";
         case observer_kind::placeholder: return "placeholder";
+        case observer_kind::derived: return "derived";
     }
     return "unknown";
 }
@@ -122,6 +125,7 @@ enum class spec_rule : std::uint8_t {
     placeholder_only_for_dynamic,
     eps_must_be_positive,
     averaging_constant_must_be_in_0_1,
+    derived_only_for_int32,
 };
 
 constexpr std::string_view to_string(spec_rule rule) noexcept {
@@ -136,6 +140,7 @@ constexpr std::string_view to_string(spec_rule rule) noexcept {
         case spec_rule::placeholder_only_for_dynamic: return "the placeholder observer is for dynamic specs only, and dynamic specs use it or a moving average";
         case spec_rule::eps_must_be_positive: return "eps must be positive";
         case spec_rule::averaging_constant_must_be_in_0_1: return "averaging_constant must be in (0, 1]";
+        case spec_rule::derived_only_for_int32: return "the derived observer is for int32 specs (biases) only, and they are not dynamic";
     }
     return "unknown";
 }
@@ -147,7 +152,10 @@ constexpr spec_rule first_violated_rule(const quantization_spec& spec) noexcept 
     if (spec.quant_min < full.min || spec.quant_max > full.max) return spec_rule::range_must_fit_dtype;
     if (is_per_channel(spec.qscheme) && spec.ch_axis < 0) return spec_rule::per_channel_needs_ch_axis;
     if (!is_per_channel(spec.qscheme) && spec.ch_axis != no_channel_axis) return spec_rule::ch_axis_only_for_per_channel;
-    if (spec.observer != observer_kind::placeholder && is_per_channel(spec.observer) != is_per_channel(spec.qscheme))
+    if (spec.observer == observer_kind::derived && (spec.dtype != dtype::int32 || spec.is_dynamic))
+        return spec_rule::derived_only_for_int32;
+    if (spec.observer != observer_kind::placeholder && spec.observer != observer_kind::derived &&
+        is_per_channel(spec.observer) != is_per_channel(spec.qscheme))
         return spec_rule::observer_must_match_qscheme;
     // torchao's dynamic QAT observes through a moving average (averaging_constant 1).
     const bool dynamic_observer = spec.observer == observer_kind::placeholder ||
@@ -177,6 +185,7 @@ void observer_must_match_qscheme();
 void placeholder_only_for_dynamic();
 void eps_must_be_positive();
 void averaging_constant_must_be_in_0_1();
+void derived_only_for_int32();
 }  // namespace spec_rules
 
 // Returns `spec` unchanged, or fails to compile naming the rule it breaks.
@@ -192,6 +201,7 @@ consteval quantization_spec checked(quantization_spec spec) {
         case spec_rule::placeholder_only_for_dynamic: spec_rules::placeholder_only_for_dynamic(); break;
         case spec_rule::eps_must_be_positive: spec_rules::eps_must_be_positive(); break;
         case spec_rule::averaging_constant_must_be_in_0_1: spec_rules::averaging_constant_must_be_in_0_1(); break;
+        case spec_rule::derived_only_for_int32: spec_rules::derived_only_for_int32(); break;
     }
     return spec;
 }

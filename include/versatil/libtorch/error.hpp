@@ -27,6 +27,7 @@ enum class error_kind {
     io_error,                  // an output that cannot be written (no space, a size limit)
     lowering_failed,           // the engine rejected the converted model
     unsupported_model,         // the model uses something this LibTorch cannot quantize
+    unsupported_export,        // the quantized model uses an op or shape firmware export has no kernel for
     machine_fault,             // the machine, not the input: out of memory, a process killed
 };
 
@@ -45,6 +46,7 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
         case error_kind::io_error: return "io_error";
         case error_kind::lowering_failed: return "lowering_failed";
         case error_kind::unsupported_model: return "unsupported_model";
+        case error_kind::unsupported_export: return "unsupported_export";
         case error_kind::machine_fault: return "machine_fault";
     }
     return "unknown";

@@ -65,17 +65,19 @@ constexpr std::int32_t saturating_rounding_doubling_high_mul(std::int32_t a, std
     return static_cast<std::int32_t>((product + nudge) / (std::int64_t{1} << 31));
 }
 
-// gemmlowp's RoundingDivideByPOT: x / 2^exponent rounded half away from zero.
+// gemmlowp's RoundingDivideByPOT: x / 2^exponent rounded half away from zero. In 32 bits, as
+// gemmlowp computes it, so a 32-bit microcontroller runs it without 64-bit arithmetic.
 constexpr std::int32_t rounding_divide_by_power_of_two(std::int32_t x, int exponent) noexcept {
     if (exponent <= 0) return x;
     if (exponent > 31) exponent = 31;
-    const std::int64_t mask = (std::int64_t{1} << exponent) - 1;
-    const std::int64_t remainder = std::int64_t{x} & mask;
-    const std::int64_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
-    return static_cast<std::int32_t>((std::int64_t{x} >> exponent) + (remainder > threshold ? 1 : 0));
+    const std::uint32_t mask = (std::uint32_t{1} << exponent) - 1U;
+    const std::uint32_t remainder = static_cast<std::uint32_t>(x) & mask;
+    const std::uint32_t threshold = (mask >> 1) + (x < 0 ? 1U : 0U);
+    return (x >> exponent) + (remainder > threshold ? 1 : 0);
 }
 
-// x * real_multiplier in integer arithmetic (TFLite's MultiplyByQuantizedMultiplier). For
+// x * real_multiplier in integer arithmetic (TFLite's reference MultiplyByQuantizedMultiplier,
+// double rounding; the firmware runtime uses the single-rounding form below). For
 // multipliers below one it rounds twice exactly as TFLite does; for multipliers of one and
 // above TFLite shifts x left first and can overflow, so the product is formed in 64 bits,
 // rounded once (the same value whenever TFLite's does not overflow) and saturated.
@@ -85,16 +87,41 @@ constexpr std::int32_t multiply_by_quantized_multiplier(std::int32_t x, fixed_po
     const std::int64_t product = std::int64_t{x} * m.multiplier;  // |product| < 2^62
     const int exponent = 31 - m.shift;                             // 1..30
     const std::int64_t half = std::int64_t{1} << (exponent - 1);
-    const std::int64_t rounded = (product + (product >= 0 ? half : 1 - half)) / (std::int64_t{1} << exponent);
+    // (product + nudge) / 2^exponent, truncating toward zero, with shifts: a division by a
+    // variable power of two would be a library call (__aeabi_ldivmod) on a 32-bit target.
+    const std::int64_t nudged = product + (product >= 0 ? half : 1 - half);
+    const std::int64_t floor = nudged >> exponent;
+    const std::int64_t rounded = floor + (nudged < 0 && (nudged & ((half << 1) - 1)) != 0 ? 1 : 0);
     constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
     return static_cast<std::int32_t>(rounded < lo ? lo : (rounded > hi ? hi : rounded));
 }
 
-// An int32 accumulator to the output's quantized level: rescale, add the output zero
-// point, clamp to the output range.
+// x * real_multiplier rounded once: TFLite Micro's MultiplyByQuantizedMultiplier under
+// TFLITE_SINGLE_ROUNDING, CMSIS-NN's arm_nn_requantize under CMSIS_NN_USE_SINGLE_ROUNDING.
+// The 64-bit product x * multiplier is divided by 2^(31 - shift) with one rounding, half
+// toward +infinity ((product + 2^(total_shift - 1)) >> total_shift, an arithmetic shift),
+// and saturated to int32. It is the exact rational x * multiplier * 2^(shift - 31) rounded
+// to the nearest integer, so it is off the real product by at most half a level plus the
+// Q31 multiplier's own error, where multiply_by_quantized_multiplier's two roundings reach
+// 0.75 of a level. Engines that rescale in float (QNNPACK) also round once, so a runtime
+// on this arithmetic stays within one level of them end to end. The firmware runtime uses
+// it (firmware/output_stage.hpp). Requires shift in [-31, 30], the range
+// quantize_multiplier produces; 64-bit multiply, add and shift only, no division, so a
+// 32-bit microcontroller runs it without a library call.
+constexpr std::int32_t multiply_by_quantized_multiplier_single_rounding(std::int32_t x, fixed_point_multiplier m) noexcept {
+    const int total_shift = 31 - m.shift;  // 1..62
+    const std::int64_t round = std::int64_t{1} << (total_shift - 1);
+    // |x * multiplier| <= 2^62 and round <= 2^61: no overflow.
+    const std::int64_t rounded = (std::int64_t{x} * m.multiplier + round) >> total_shift;
+    constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
+    return static_cast<std::int32_t>(rounded < lo ? lo : (rounded > hi ? hi : rounded));
+}
+
+// An int32 accumulator to the output's quantized level as the firmware runtime computes it:
+// rescale with one rounding, add the output zero point, clamp to the output range.
 constexpr std::int32_t requantize(std::int32_t accumulator, fixed_point_multiplier m, std::int32_t output_zero_point,
                                   std::int32_t quant_min, std::int32_t quant_max) noexcept {
-    const std::int64_t level = std::int64_t{multiply_by_quantized_multiplier(accumulator, m)} + output_zero_point;
+    const std::int64_t level = std::int64_t{multiply_by_quantized_multiplier_single_rounding(accumulator, m)} + output_zero_point;
     return static_cast<std::int32_t>(level < quant_min ? quant_min : (level > quant_max ? quant_max : level));
 }
 

@@ -11,11 +11,15 @@
 #include <torch/script.h>
 
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/libtorch/pipeline/convert.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/graph_walk.hpp"
+#include "versatil/libtorch/pipeline/lowering.hpp"
 
 namespace versatil::libtorch {
 
@@ -46,6 +50,25 @@ inline void dequantize_tuples_item_by_item(const std::shared_ptr<::torch::jit::G
     }
 }
 
+// Each clamp (hardtanh, ReLU6, clamp) of the lowered graph reads a contiguous copy of its input;
+// an in-place one then writes the copy, so later readers of its input read its output. Returns
+// how many.
+inline int clamps_read_contiguous_copies(const std::shared_ptr<::torch::jit::Graph>& graph) {
+    const auto clamps = nodes_where(graph, [](const ::torch::jit::Node* node) {
+        const std::string_view kind = node->kind().toQualString();
+        return kind == "aten::hardtanh" || kind == "aten::hardtanh_" || kind == "aten::clamp" ||
+               kind == "aten::clamp_" || kind == "aten::relu6" || kind == "aten::relu6_";
+    });
+    for (::torch::jit::Node* clamp : clamps) {
+        ::torch::jit::Value* input = clamp->input(0);
+        const ::torch::jit::WithInsertPoint before(clamp);
+        clamp->replaceInput(0, graph->insert(c10::aten::contiguous, {input}));
+        if (std::string_view(clamp->kind().toQualString()).ends_with("_"))
+            input->replaceAllUsesAfterNodeWith(clamp, clamp->output());
+    }
+    return static_cast<int>(clamps.size());
+}
+
 }  // namespace detail
 
 struct lowering_options {
@@ -59,11 +82,21 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
     ::torch::jit::Module module = converted.module.clone();
     ::torch::jit::Module lowered;
+    std::vector<adjustment> adjustments = converted.adjustments;
     try {
         lowered = ::torch::jit::Finalize(module, plan.quant_type);
         auto graph = lowered.get_method("forward").graph();
         ::torch::jit::FuseQuantizedAddRelu(graph);
         detail::dequantize_tuples_item_by_item(graph);
+        for (const backend_quantizer& q : plan.quantizer.quantizers()) {
+            const std::string_view because = lowering_of(*q.backend).clamps_read_contiguous_copies_because;
+            if (because.empty()) continue;
+            if (const int count = detail::clamps_read_contiguous_copies(graph); count > 0)
+                adjustments.push_back({"", std::to_string(count) + " clamp(s) (ReLU6, hardtanh, clamp) read a "
+                                                                   "contiguous copy of their input: " +
+                                               std::string(because)});
+            break;
+        }
     } catch (const std::exception& failure) {
         throw error(error_kind::lowering_failed,
                     "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
@@ -80,7 +113,7 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
                         "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
         }
     }
-    return {lowered, plan, converted.adjustments};
+    return {lowered, plan, std::move(adjustments)};
 }
 
 }  // namespace versatil::libtorch

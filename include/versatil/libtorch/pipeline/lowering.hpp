@@ -7,6 +7,7 @@
 
 #include <c10/core/QEngine.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,16 @@ struct lowering_traits {
     // linear layers of a per-channel target then get per-tensor symmetric weights, and the
     // report gives this reason.
     std::string_view per_tensor_linear_only_because = {};
+    // Set when the engine runs the backend's int8 activations (-128..127) as quint8 (0..255): the
+    // zero point plus 128 is the same quantization, scale and rounding unchanged.
+    bool int8_activations_as_quint8 = false;
+    // For a backend whose devices LibTorch has none of (a microcontroller): the device LibTorch
+    // quantizes and evaluates its model on. Empty: the backend's own devices.
+    std::optional<device_type> evaluated_on = std::nullopt;
+    // Set when the engine's clamp (hardtanh, ReLU6, clamp) returns a channels-last input in the
+    // wrong layout: why. lower() then gives each clamp a contiguous copy of its input, and the
+    // report gives this reason.
+    std::string_view clamps_read_contiguous_copies_because = {};
 };
 
 // No definition: a backend without a specialization has no LibTorch lowering.
@@ -43,6 +54,26 @@ template <>
 struct lowering<XNNPACK> {
     static constexpr lowering_traits traits{at::QEngine::QNNPACK,
                                             "XNNPACK's int8 linear kernel in this LibTorch has no per-channel variant"};
+};
+
+// cortex_m is evaluated on the host's CPU, on QNNPACK with quint8 activations. Of this LibTorch's
+// engines, QNNPACK is the one that computes the integer scheme a Cortex-M runs on every CPU:
+// per-channel symmetric qint8 weights (conv and linear), full-range 8-bit activations and exact
+// int32 accumulation, then one rounding of the rescale in float32 (at most 1 LSB from the
+// fixed-point rescale of CMSIS-NN). oneDNN matches it only on CPUs with VNNI; without VNNI its
+// u8*s8 products saturate in 16 bits (measured: up to 100 LSB off with ONEDNN_MAX_CPU_ISA=AVX2,
+// tests/firmware/check_engine.py). XNNPACK's qint8 path has no per-channel linear kernel.
+// QNNPACK's own quint8 clamp ignores the memory format: on the channels-last output of a conv
+// it returns the values in channels-last order under contiguous strides (a ReLU6 off by up to
+// 6.0), so its clamps read contiguous copies.
+template <>
+struct lowering<CortexM> {
+    static constexpr lowering_traits traits{
+        .engine = at::QEngine::QNNPACK,
+        .int8_activations_as_quint8 = true,
+        .evaluated_on = device_type::cpu,
+        .clamps_read_contiguous_copies_because =
+            "LibTorch 1.13's QNNPACK clamp on quint8 returns a channels-last input in the wrong layout"};
 };
 
 namespace detail {

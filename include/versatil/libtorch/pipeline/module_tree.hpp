@@ -104,16 +104,16 @@ inline void reset_parameters(::torch::jit::Module& model, bool trainable) {
     }
 }
 
-// Checks that every target path names a submodule and that the model lives where every
-// backend runs.
-inline void check_model_fits(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+// Checks that every target path names a submodule and that the model lives on a device of
+// `supported` (where LibTorch runs the quantized model: the plan's devices).
+inline void check_model_fits(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                             device_set supported) {
     for (const runtime_target& target : quantizer.targets()) (void)find_submodule(model, target.path);
     std::string unknown;
     const device_set devices = model_devices(model, &unknown);
     if (!unknown.empty())
         throw error(error_kind::unsupported_device, "the model has tensors on device '" + unknown +
                                                         "', which no versatil backend supports; move it to cpu");
-    const device_set supported = quantizer.supported_device_types();
     devices.for_each([&](device_type device) {
         if (supported.contains(device)) return;
         std::string names;

@@ -156,6 +156,7 @@ inline std::string class_name(observer_kind kind) {
             // contains that as PyTorch's fp16 placeholder and crashes on ours (SIGSEGV in
             // Graph::createGetAttr, seen with 1.13.1).
             case observer_kind::placeholder: return "DynamicQuantizationObserver";
+            case observer_kind::derived: break;  // nothing to observe (see make_observer)
         }
         throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
     }();
@@ -312,6 +313,9 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
     if (const spec_rule rule = first_violated_rule(spec); rule != spec_rule::ok)
         throw error(error_kind::invalid_argument,
                     "make_observer: invalid quantization spec: " + std::string(to_string(rule)));
+    if (spec.observer == observer_kind::derived)
+        throw error(error_kind::invalid_argument,
+                    "make_observer: a derived spec (an int32 bias) takes its scale from other tensors and has no observer");
     if (spec.is_fake_quantize)
         throw error(error_kind::invalid_argument,
                     "make_observer: the spec asks for fake quantization (QAT); observers here are for "

@@ -41,6 +41,7 @@ struct target_qconfigs {
 struct quantization_plan {
     runtime_quantizer quantizer;
     at::QEngine engine = at::QEngine::ONEDNN;
+    device_set devices{};  // where LibTorch runs the model: its backends' devices, or where it evaluates them
     ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
     std::map<std::string, target_qconfigs, std::less<>> qconfigs{};  // by target path; none for an exclude
 };
@@ -52,6 +53,14 @@ inline quantization_spec per_tensor_weights(quantization_spec weight) {
     weight.observer = is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
     return weight;
 }
+
+// The same quantization in quint8: levels and zero point shifted by 128.
+inline quantization_spec as_quint8(quantization_spec activation) {
+    activation.dtype = dtype::uint8;
+    activation.quant_min += 128;
+    activation.quant_max += 128;
+    return activation;
+}
 }  // namespace detail
 
 // One model runs on one quantized engine: every quantizing target must lower to the same one.
@@ -60,8 +69,11 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
     plan.quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
     const std::vector<backend_quantizer> quantizers = quantizer.quantizers();
     plan.engine = lowering_of(*quantizers.front().backend).engine;
+    plan.devices = device_set::all();
     for (const backend_quantizer& q : quantizers) {
         const lowering_traits& lowering = lowering_of(*q.backend);
+        plan.devices = plan.devices & (lowering.evaluated_on ? device_set{*lowering.evaluated_on}
+                                                             : q.backend->supported_device_types);
         if (lowering.engine != plan.engine)
             throw error(error_kind::unsupported_composition,
                         "targets '" + std::string(quantizers.front().module_path) + "' (" +
@@ -70,7 +82,10 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
                             engine_name(plan.engine) + ", " + engine_name(lowering.engine) +
                             "); LibTorch runs one engine per process, so quantize the model with one backend");
         const quantization_config& config = q.config();
-        const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(*config.input_activation),
+        const quantization_spec activation = lowering.int8_activations_as_quint8 && config.input_activation->dtype == dtype::int8
+                                                 ? detail::as_quint8(*config.input_activation)
+                                                 : *config.input_activation;
+        const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(activation),
                                              make_observer_or_fake_quantize(*config.weight)};
         std::optional<::torch::jit::QConfig> per_tensor_linear;
         if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() && is_per_channel(config.weight->qscheme))

@@ -54,7 +54,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
     if (!model.find_method("forward"))
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
     const runtime_quantizer& quantizer = plan.quantizer;
-    check_model_fits(model, quantizer);
+    check_model_fits(model, quantizer, plan.devices);
     prepared_model prepared{model, plan, {}};
 
     // Post-training quantization runs the model as it will be deployed, in eval mode: where

@@ -31,6 +31,23 @@ struct layer_sqnr {
     double sqnr_db = 0.0;
 };
 
+// A model exported as firmware (export/firmware.hpp): the memory figures of its header and
+// how the firmware runtime, run on the host, agrees with LibTorch's quantized model.
+struct firmware_report {
+    std::string namespace_name;
+    std::int64_t header_bytes = 0;
+    std::int64_t arena_bytes = 0;              // the header's model::arena_bytes
+    std::int64_t arena_lower_bound_bytes = 0;  // the largest set of tensors alive at once: no plan needs less
+    std::int64_t greedy_planner_bytes = 0;     // a TFLite-Micro-style greedy-by-size planner, for comparison
+    std::int64_t parameter_bytes = 0;          // weights, biases, multipliers and shifts
+    std::int64_t compared_samples = 0;
+    std::int64_t compared_elements = 0;
+    std::int64_t differing_elements = 0;  // int8 outputs where the runtime and LibTorch differ at all
+    int max_lsb_diff = 0;                 // the largest difference of one int8 output
+    double top1_agreement = 0.0;          // samples whose largest output is the same one
+    double export_seconds = 0.0;          // extraction and code generation
+};
+
 struct quantization_report {
     std::vector<target_report> targets;
     std::string engine;
@@ -62,6 +79,7 @@ struct quantization_report {
     std::optional<double> qat_final_loss;
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
+    std::optional<firmware_report> firmware;  // set when the model was exported as firmware
 
     double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
     double speedup() const { return float_ms / quantized_ms; }
@@ -94,6 +112,20 @@ inline nlohmann::json to_json(const quantization_report& report) {
     nlohmann::json per_layer = nlohmann::json::array();
     for (const layer_sqnr& layer : report.per_layer)
         per_layer.push_back({{"name", layer.name}, {"sqnr_db", detail::finite_or_null(layer.sqnr_db)}});
+    nlohmann::json firmware = nullptr;
+    if (const std::optional<firmware_report>& f = report.firmware)
+        firmware = {{"namespace", f->namespace_name},
+                    {"header_bytes", f->header_bytes},
+                    {"arena_bytes", f->arena_bytes},
+                    {"arena_lower_bound_bytes", f->arena_lower_bound_bytes},
+                    {"greedy_planner_bytes", f->greedy_planner_bytes},
+                    {"parameter_bytes", f->parameter_bytes},
+                    {"compared_samples", f->compared_samples},
+                    {"compared_elements", f->compared_elements},
+                    {"differing_elements", f->differing_elements},
+                    {"max_lsb_diff", f->max_lsb_diff},
+                    {"top1_agreement", f->top1_agreement},
+                    {"export_seconds", f->export_seconds}};
     nlohmann::json json{
         {"targets", targets},
         {"engine", report.engine},
@@ -122,6 +154,7 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"qat_final_loss", detail::value_or_null(report.qat_final_loss)},
         {"float_accuracy", detail::value_or_null(report.float_accuracy)},
         {"quantized_accuracy", detail::value_or_null(report.quantized_accuracy)},
+        {"firmware", firmware},
     };
     return json;
 }
@@ -169,6 +202,19 @@ inline std::string format_table(const quantization_report& report) {
     if (report.qat_steps)
         row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
                                 ", final loss " + number("%.4f", *report.qat_final_loss));
+    if (const std::optional<firmware_report>& f = report.firmware) {
+        text += "firmware (namespace " + f->namespace_name + ", header " + number("%.1f KiB", f->header_bytes / 1024.0) +
+                ", exported in " + number("%.3f s", f->export_seconds) + ")\n";
+        row("arena", std::to_string(f->arena_bytes) + " bytes (live-set lower bound " +
+                         std::to_string(f->arena_lower_bound_bytes) + ", greedy planner " +
+                         std::to_string(f->greedy_planner_bytes) + ")");
+        row("parameters", std::to_string(f->parameter_bytes) + " bytes");
+        row("runtime vs LibTorch", "top-1 agrees on " + number("%.2f %%", 100.0 * f->top1_agreement) + " of " +
+                                       std::to_string(f->compared_samples) + " samples; max " +
+                                       std::to_string(f->max_lsb_diff) + " LSB, " +
+                                       std::to_string(f->differing_elements) + " of " +
+                                       std::to_string(f->compared_elements) + " int8 outputs differ");
+    }
     if (!report.per_layer.empty()) {
         text += "per layer (output SQNR with only that layer quantized, worst first)\n";
         for (const layer_sqnr& layer : report.per_layer) row(layer.name.c_str(), sqnr(layer.sqnr_db));

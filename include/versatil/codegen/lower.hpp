@@ -1,0 +1,252 @@
+// Lowers a validated integer graph to the firmware's integer parameters: the one place where
+// real quantities become integers. Conv and linear biases become int32 at input_scale *
+// weight_scale[c] (rounded half to even, as ATen quantizes), every rescale a fixed-point
+// multiplier and shift (math::quantize_multiplier), adds take TFLite's parameters, and clamps
+// (relu, relu6, hardtanh) fold into the output range of the op that produces their input when
+// that op has one, the clamp is its only reader and both sides share their quantization;
+// otherwise the clamp stays a layer of its own. The result is what both header_for and
+// run_on_host use.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "versatil/codegen/integer_graph.hpp"
+#include "versatil/codegen/validate.hpp"
+#include "versatil/firmware/layer.hpp"
+#include "versatil/math/quantize.hpp"
+#include "versatil/math/requantize.hpp"
+#include "versatil/math/rounding.hpp"
+
+namespace versatil::codegen {
+
+struct flatten_params {};
+
+using layer_params = std::variant<firmware::conv2d_params, firmware::linear_params, firmware::add_params,
+                                  firmware::clamp_params, firmware::max_pool2d_params, firmware::avg_pool2d_params,
+                                  flatten_params>;
+
+struct lowered_layer {
+    std::string module;            // the op's module, for messages and the header's comments
+    op_kind source = op_kind::conv2d;
+    std::vector<std::string> fused;  // modules of the clamps folded into this layer's range
+    std::vector<int> inputs;       // indices into lowered_graph::tensors
+    int output = -1;
+    layer_params params;           // the arrays below are not bound yet: see bound()
+    std::vector<std::int8_t> weights;
+    std::vector<std::int32_t> bias;
+    std::vector<math::fixed_point_multiplier> multipliers;
+};
+
+struct lowered_graph {
+    std::vector<firmware::shape> tensors;
+    std::vector<lowered_layer> layers;
+    int input = -1, output = -1;
+    double input_scale = 1.0, output_scale = 1.0;
+    std::int32_t input_zero_point = 0, output_zero_point = 0;
+};
+
+// The layer's params with its arrays' addresses filled in (valid while `layer` lives unmoved).
+inline layer_params bound(const lowered_layer& layer) {
+    layer_params params = layer.params;
+    const std::int32_t* bias = layer.bias.empty() ? nullptr : layer.bias.data();
+    if (auto* conv = std::get_if<firmware::conv2d_params>(&params)) {
+        conv->weights = layer.weights.data();
+        conv->bias = bias;
+        conv->multipliers = layer.multipliers.data();
+    } else if (auto* fc = std::get_if<firmware::linear_params>(&params)) {
+        fc->weights = layer.weights.data();
+        fc->bias = bias;
+        fc->multipliers = layer.multipliers.data();
+    }
+    return params;
+}
+
+// The planner's view of a lowered layer (shapes, tensors, aliasing).
+inline firmware::layer planner_layer(const lowered_layer& l, const lowered_graph& g) {
+    const int in = l.inputs[0];
+    return std::visit(
+        [&](const auto& p) -> firmware::layer {
+            using P = std::decay_t<decltype(p)>;
+            if constexpr (std::is_same_v<P, firmware::add_params>)
+                return firmware::layer_of(p, g.tensors[static_cast<std::size_t>(l.output)], in, l.inputs[1], l.output);
+            else if constexpr (std::is_same_v<P, firmware::clamp_params>)
+                return firmware::layer_of(p, g.tensors[static_cast<std::size_t>(l.output)], in, l.output);
+            else if constexpr (std::is_same_v<P, flatten_params>)
+                return firmware::flatten_layer(g.tensors[static_cast<std::size_t>(in)], in, l.output);
+            else
+                return firmware::layer_of(p, in, l.output);
+        },
+        l.params);
+}
+
+inline std::vector<firmware::layer> planner_layers(const lowered_graph& g) {
+    std::vector<firmware::layer> layers;
+    for (const lowered_layer& l : g.layers) layers.push_back(planner_layer(l, g));
+    return layers;
+}
+
+namespace detail {
+
+// A real value's level in an int8 tensor, as ATen's quantize_val computes it.
+inline std::int32_t level_of(double value, const activation_tensor& t) {
+    return math::quantize(static_cast<float>(value), {static_cast<float>(t.scale), t.zero_point}, {-128, 127});
+}
+
+inline firmware::activation_range intersect(firmware::activation_range a, firmware::activation_range b) {
+    return {std::max(a.min, b.min), std::min(a.max, b.max)};
+}
+
+inline firmware::activation_range fused_relu(const integer_op& op, const activation_tensor& out) {
+    return op.relu ? firmware::activation_range{out.zero_point, 127} : firmware::activation_range{};
+}
+
+inline std::int32_t quantized_bias(float bias, double scale) {
+    const double level = math::round_half_even(static_cast<double>(bias) / scale);
+    constexpr double lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
+    return static_cast<std::int32_t>(level < lo ? lo : (level > hi ? hi : level));
+}
+
+// Bias and multipliers of a conv or linear op, per output channel.
+inline void lower_weighted(const integer_op& op, const activation_tensor& in, const activation_tensor& out,
+                           lowered_layer& layer) {
+    layer.weights = op.weights;
+    for (std::size_t c = 0; c < op.weight_scales.size(); ++c) {
+        const double accumulator_scale = in.scale * op.weight_scales[c];
+        layer.multipliers.push_back(math::quantize_multiplier(accumulator_scale / out.scale));
+        if (!op.bias.empty()) layer.bias.push_back(quantized_bias(op.bias[c], accumulator_scale));
+    }
+}
+
+inline firmware::add_params add_parameters(const activation_tensor& a, const activation_tensor& b,
+                                           const activation_tensor& out, firmware::activation_range range) {
+    constexpr int left_shift = 20;
+    const double twice_max = 2.0 * std::max(a.scale, b.scale);
+    return {out.shape.elements(),
+            left_shift,
+            -a.zero_point,
+            -b.zero_point,
+            out.zero_point,
+            math::quantize_multiplier(a.scale / twice_max),
+            math::quantize_multiplier(b.scale / twice_max),
+            math::quantize_multiplier(twice_max / (static_cast<double>(1 << left_shift) * out.scale)),
+            range};
+}
+
+inline firmware::activation_range* range_of(layer_params& params) {
+    return std::visit(
+        [](auto& p) -> firmware::activation_range* {
+            if constexpr (requires { p.range; }) return &p.range;
+            else return nullptr;
+        },
+        params);
+}
+
+}  // namespace detail
+
+inline lowered_graph lower(const integer_graph& graph) {
+    validate(graph);
+    const std::size_t tensor_count = graph.tensors.size();
+    std::vector<int> readers(tensor_count, 0);
+    for (const integer_op& op : graph.ops)
+        for (int t : op.inputs) ++readers[static_cast<std::size_t>(t)];
+
+    // Lowered layers still in the graph's tensor indices; fused clamps leave no layer.
+    std::vector<lowered_layer> layers;
+    std::vector<int> producer(tensor_count, -1);  // the lowered layer writing each tensor
+    for (std::size_t i = 0; i < graph.ops.size(); ++i) {
+        const integer_op& op = graph.ops[i];
+        const activation_tensor& in = graph.tensors[static_cast<std::size_t>(op.inputs[0])];
+        const activation_tensor& out = graph.tensors[static_cast<std::size_t>(op.output)];
+        const firmware::shape in_shape = to_firmware(in.shape), out_shape = to_firmware(out.shape);
+        lowered_layer layer{op.module, op.kind, {}, op.inputs, op.output, flatten_params{}, {}, {}, {}};
+        switch (op.kind) {
+            case op_kind::conv2d:
+                detail::lower_weighted(op, in, out, layer);
+                layer.params = firmware::conv2d_params{in_shape, out_shape, to_firmware(op.window), op.groups,
+                                                       -in.zero_point, out.zero_point, detail::fused_relu(op, out)};
+                break;
+            case op_kind::linear:
+                detail::lower_weighted(op, in, out, layer);
+                layer.params = firmware::linear_params{in.shape.channels, out.shape.channels, -in.zero_point,
+                                                       out.zero_point, detail::fused_relu(op, out)};
+                break;
+            case op_kind::add:
+                layer.params = detail::add_parameters(in, graph.tensors[static_cast<std::size_t>(op.inputs[1])], out,
+                                                      detail::fused_relu(op, out));
+                break;
+            case op_kind::clamp: {
+                const firmware::activation_range range{detail::level_of(op.clamp_min, out), detail::level_of(op.clamp_max, out)};
+                const int from = producer[static_cast<std::size_t>(op.inputs[0])];
+                firmware::activation_range* target = from >= 0 ? detail::range_of(layers[static_cast<std::size_t>(from)].params) : nullptr;
+                if (target != nullptr && readers[static_cast<std::size_t>(op.inputs[0])] == 1 &&
+                    op.inputs[0] != graph.output && detail::same_quantization(in, out)) {
+                    lowered_layer& fused_into = layers[static_cast<std::size_t>(from)];
+                    *target = detail::intersect(*target, range);
+                    fused_into.output = op.output;
+                    fused_into.fused.push_back(op.module);
+                    producer[static_cast<std::size_t>(op.output)] = from;
+                    continue;
+                }
+                layer.params = firmware::clamp_params{out.shape.elements(), -in.zero_point, out.zero_point,
+                                                      math::quantize_multiplier(in.scale / out.scale), range};
+                break;
+            }
+            case op_kind::max_pool2d:
+                layer.params = firmware::max_pool2d_params{in_shape, out_shape, to_firmware(op.window), detail::fused_relu(op, out)};
+                break;
+            case op_kind::avg_pool2d:
+                layer.params = firmware::avg_pool2d_params{in_shape, out_shape, to_firmware(op.window),
+                                                           op.count_include_pad, in.zero_point, detail::fused_relu(op, out)};
+                break;
+            case op_kind::global_avg_pool2d:
+                layer.params = firmware::global_avg_pool2d(in_shape, in.zero_point, detail::fused_relu(op, out));
+                break;
+            case op_kind::flatten:
+                break;
+        }
+        producer[static_cast<std::size_t>(op.output)] = static_cast<int>(layers.size());
+        layers.push_back(std::move(layer));
+    }
+
+    // Renumber: the tensors the layers use, the input and the output, in first-use order.
+    lowered_graph lowered;
+    std::vector<int> renumbered(tensor_count, -1);
+    const auto use = [&](int t) {
+        int& n = renumbered[static_cast<std::size_t>(t)];
+        if (n < 0) {
+            n = static_cast<int>(lowered.tensors.size());
+            lowered.tensors.push_back(to_firmware(graph.tensors[static_cast<std::size_t>(t)].shape));
+        }
+        return n;
+    };
+    lowered.input = use(graph.input);
+    for (lowered_layer& layer : layers) {
+        for (int& t : layer.inputs) t = use(t);
+        layer.output = use(layer.output);
+    }
+    lowered.output = use(graph.output);
+    lowered.layers = std::move(layers);
+    const activation_tensor& in = graph.tensors[static_cast<std::size_t>(graph.input)];
+    const activation_tensor& out = graph.tensors[static_cast<std::size_t>(graph.output)];
+    lowered.input_scale = in.scale;
+    lowered.input_zero_point = in.zero_point;
+    lowered.output_scale = out.scale;
+    lowered.output_zero_point = out.zero_point;
+    return lowered;
+}
+
+// Bytes of the parameter arrays a header holds: int8 weights, int32 biases, and one
+// multiplier-and-shift pair (8 bytes) per output channel.
+inline std::size_t parameter_bytes(const lowered_graph& g) noexcept {
+    std::size_t bytes = 0;
+    for (const lowered_layer& l : g.layers)
+        bytes += l.weights.size() + 4 * l.bias.size() + sizeof(math::fixed_point_multiplier) * l.multipliers.size();
+    return bytes;
+}
+
+}  // namespace versatil::codegen

@@ -1,0 +1,16 @@
+// The freestanding int8 runtime in one include: kernels, layers and the arena planner. An
+// exported model header (codegen/header_writer.hpp) includes this.
+#pragma once
+
+#include "versatil/firmware/add.hpp"
+#include "versatil/firmware/arena_planner.hpp"
+#include "versatil/firmware/avg_pool2d.hpp"
+#include "versatil/firmware/clamp.hpp"
+#include "versatil/firmware/conv2d.hpp"
+#include "versatil/firmware/dot.hpp"
+#include "versatil/firmware/in_place.hpp"
+#include "versatil/firmware/layer.hpp"
+#include "versatil/firmware/linear.hpp"
+#include "versatil/firmware/max_pool2d.hpp"
+#include "versatil/firmware/output_stage.hpp"
+#include "versatil/firmware/shape.hpp"

@@ -1,0 +1,96 @@
+// A layer as the arena planner sees it: which kernel, which tensors it reads and writes, and
+// whether its output may share its input's bytes (a view such as flatten always does; an
+// elementwise op may take over an input that dies there; a windowed per-channel op may too,
+// starting in_place_lag levels before it). Built from a kernel's params, so the shapes the
+// planner uses are the ones the kernel runs with; `consistent` checks them against the
+// model's tensor table (the exported header static_asserts it per layer).
+#pragma once
+
+#include <cstddef>
+
+#include "versatil/firmware/add.hpp"
+#include "versatil/firmware/avg_pool2d.hpp"
+#include "versatil/firmware/clamp.hpp"
+#include "versatil/firmware/conv2d.hpp"
+#include "versatil/firmware/in_place.hpp"
+#include "versatil/firmware/linear.hpp"
+#include "versatil/firmware/max_pool2d.hpp"
+#include "versatil/firmware/shape.hpp"
+
+namespace versatil::firmware {
+
+enum class layer_kind : unsigned char { conv2d, linear, add, clamp, max_pool2d, avg_pool2d, flatten };
+
+enum class aliasing : unsigned char {
+    none,         // the output needs bytes of its own
+    view,         // the output is the input's bytes (flatten)
+    elementwise,  // element i read before element i is written: any input dying here can hold the output
+    windowed,     // per channel, in order: input 0 can hold the output, starting `lag` levels earlier
+};
+
+struct layer {
+    layer_kind kind{};
+    int inputs[2] = {-1, -1};
+    int output = -1;
+    shape input_shapes[2] = {};
+    shape output_shape;
+    aliasing alias = aliasing::none;
+    std::ptrdiff_t lag = 0;  // windowed: in_place_lag, or not_in_place
+    bool geometry_ok = false;  // the kernel's own shapes agree (window, groups, element counts)
+
+    constexpr int input_count() const noexcept { return inputs[1] >= 0 ? 2 : 1; }
+};
+
+constexpr layer layer_of(const conv2d_params& p, int input, int output) noexcept {
+    const bool depthwise = p.groups == p.input.channels && p.groups == p.output.channels;
+    const bool ok = well_formed(p.win) && p.groups >= 1 && p.input.channels % p.groups == 0 &&
+                    p.output.channels % p.groups == 0 && output_shape(p.input, p.win, p.output.channels) == p.output &&
+                    p.output.elements() > 0;
+    return {layer_kind::conv2d, {input, -1}, output, {p.input, {}}, p.output,
+            depthwise ? aliasing::windowed : aliasing::none, depthwise ? in_place_lag(p.input, p.output, p.win) : 0, ok};
+}
+
+constexpr layer layer_of(const linear_params& p, int input, int output) noexcept {
+    return {layer_kind::linear, {input, -1}, output, {{p.in_features, 1, 1}, {}}, {p.out_features, 1, 1},
+            aliasing::none, 0, p.in_features > 0 && p.out_features > 0};
+}
+
+constexpr layer layer_of(const add_params& p, shape s, int input1, int input2, int output) noexcept {
+    return {layer_kind::add, {input1, input2}, output, {s, s}, s, aliasing::elementwise, 0,
+            p.elements == s.elements() && s.elements() > 0};
+}
+
+constexpr layer layer_of(const clamp_params& p, shape s, int input, int output) noexcept {
+    return {layer_kind::clamp, {input, -1}, output, {s, {}}, s, aliasing::elementwise, 0,
+            p.elements == s.elements() && s.elements() > 0};
+}
+
+constexpr layer layer_of(const max_pool2d_params& p, int input, int output) noexcept {
+    return {layer_kind::max_pool2d, {input, -1}, output, {p.input, {}}, p.output, aliasing::windowed,
+            in_place_lag(p.input, p.output, p.win),
+            well_formed(p.win) && output_shape(p.input, p.win, p.input.channels) == p.output && p.output.elements() > 0};
+}
+
+constexpr layer layer_of(const avg_pool2d_params& p, int input, int output) noexcept {
+    return {layer_kind::avg_pool2d, {input, -1}, output, {p.input, {}}, p.output, aliasing::windowed,
+            in_place_lag(p.input, p.output, p.win),
+            well_formed(p.win) && p.win.dilation_h == 1 && p.win.dilation_w == 1 &&
+                output_shape(p.input, p.win, p.input.channels) == p.output && p.output.elements() > 0};
+}
+
+// {c, h, w} -> {c*h*w, 1, 1}: no kernel, the same bytes.
+constexpr layer flatten_layer(shape input, int input_tensor, int output_tensor) noexcept {
+    return {layer_kind::flatten, {input_tensor, -1}, output_tensor, {input, {}}, {input.elements(), 1, 1},
+            aliasing::view, 0, input.elements() > 0};
+}
+
+// The layer's shapes are its tensors' shapes, and its own geometry holds.
+constexpr bool consistent(const layer& l, const shape* tensors, std::size_t tensor_count) noexcept {
+    const auto in_table = [&](int t) { return t >= 0 && static_cast<std::size_t>(t) < tensor_count; };
+    if (!l.geometry_ok || !in_table(l.output) || !(tensors[l.output] == l.output_shape)) return false;
+    for (int i = 0; i < l.input_count(); ++i)
+        if (!in_table(l.inputs[i]) || !(tensors[l.inputs[i]] == l.input_shapes[i])) return false;
+    return true;
+}
+
+}  // namespace versatil::firmware

@@ -1,0 +1,53 @@
+// The last step of every int8 kernel: an int32 accumulator plus its bias, rescaled by a
+// fixed-point multiplier with one rounding (math/requantize.hpp, TFLite Micro's single rounding),
+// moved to the output zero point and clamped to the activation range. A relu, relu6 or
+// hardtanh after the op is folded into that range by the code generator.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "versatil/math/requantize.hpp"
+
+namespace versatil::firmware {
+
+// Output levels kept, both ends included: [-128, 127] for no activation.
+struct activation_range {
+    std::int32_t min = -128, max = 127;
+
+    friend constexpr bool operator==(const activation_range&, const activation_range&) = default;
+};
+
+constexpr std::int8_t clamp_to(std::int32_t level, activation_range range) noexcept {
+    return static_cast<std::int8_t>(level < range.min ? range.min : (level > range.max ? range.max : level));
+}
+
+// accumulator * multiplier rounded once (math::multiply_by_quantized_multiplier_single_rounding,
+// TFLite Micro's TFLITE_SINGLE_ROUNDING and CMSIS-NN's CMSIS_NN_USE_SINGLE_ROUNDING). Not
+// TFLite's reference double rounding (a doubling high multiply, then a rounding shift): its
+// two roundings put a layer up to 0.75 of a level off the real product, and over a network
+// those 1-level differences from LibTorch's engine (QNNPACK rounds once) add up to 2 levels.
+constexpr std::int32_t rescale(std::int32_t accumulator, math::fixed_point_multiplier m) noexcept {
+    return math::multiply_by_quantized_multiplier_single_rounding(accumulator, m);
+}
+
+// A rescaled value plus the output zero point (|offset| <= 255), clamped to the range: the
+// value is first held within +-2^16, which changes nothing after the int8 clamp and keeps
+// the sum in 32 bits.
+constexpr std::int8_t to_output(std::int32_t rescaled, std::int32_t output_offset, activation_range range) noexcept {
+    constexpr std::int32_t bound = 1 << 16;
+    const std::int32_t held = rescaled < -bound ? -bound : (rescaled > bound ? bound : rescaled);
+    return clamp_to(held + output_offset, range);
+}
+
+// accumulator + bias saturates at the int32 limits (a bias rounded from a tiny weight scale
+// can sit near them), then requantizes.
+constexpr std::int8_t requantize_output(std::int32_t accumulator, std::int32_t bias, math::fixed_point_multiplier m,
+                                        std::int32_t output_offset, activation_range range) noexcept {
+    std::int32_t biased = 0;
+    if (__builtin_add_overflow(accumulator, bias, &biased))
+        biased = bias > 0 ? std::numeric_limits<std::int32_t>::max() : std::numeric_limits<std::int32_t>::min();
+    return to_output(rescale(biased, m), output_offset, range);
+}
+
+}  // namespace versatil::firmware

@@ -1,0 +1,522 @@
+// The integer graph of a model lowered for a microcontroller (a cortex_m quantizer): the
+// lowered TorchScript forward walked op by op, the packed weights unpacked, and every
+// activation's shape and quantization read off one batch-1 run of the lowered graph itself
+// (so what is exported is what LibTorch evaluated). The firmware code generator
+// (versatil::codegen) turns the result into a compile-time C++ model.
+//
+// Exported: quantize_per_tensor of the input, quantized::conv2d / conv2d_relu (stride,
+// padding, dilation, groups: depthwise included), quantized::linear / linear_relu,
+// quantized::add / add_relu, relu / hardtanh (ReLU6) / clamp, max_pool2d, avg_pool2d,
+// adaptive_avg_pool2d (to 1x1, or by a whole factor), flatten / view / reshape to one row,
+// contiguous and eval-mode dropout (no-ops), and the dequantize of the one output. Anything
+// else is an error(unsupported_export) naming the op and the module it comes from.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/fold_conv_bn.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "versatil/codegen/integer_graph.hpp"
+#include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/batch.hpp"
+#include "versatil/libtorch/pipeline/engine.hpp"
+#include "versatil/libtorch/pipeline/graph_walk.hpp"
+#include "versatil/libtorch/pipeline/plan.hpp"
+
+namespace versatil::libtorch {
+
+namespace export_detail {
+
+using ::torch::jit::Node;
+using ::torch::jit::Value;
+
+// The module path an inlined node was called from ("block.depthwise"; "" for the model's own
+// forward), when LibTorch kept it: its passes drop the call stack of the nodes they rewrite.
+inline std::optional<std::string> call_stack_path(const Node* node) {
+    const auto stack = node->callstack();
+    if (!stack) return std::nullopt;
+    std::string path;
+    for (const auto& entry : (*stack)->vec()) {
+        const auto& module = std::get<2>(entry);
+        if (!module || module->instance_name() == "SELF") continue;  // a function, or a method of the same module
+        path += (path.empty() ? "" : ".") + module->instance_name();
+    }
+    return path;
+}
+
+inline bool has_tensor_output(const Node* node) {
+    return std::any_of(node->outputs().begin(), node->outputs().end(), [](const Value* output) {
+        return output->type()->kind() == c10::TypeKind::TensorType;
+    });
+}
+
+// The float op a lowered op stands for: quantized::conv2d_relu was aten::conv2d, and so on.
+inline std::string float_kind(std::string kind) {
+    if (kind.starts_with("quantized::")) {
+        kind = "aten::" + kind.substr(11);
+        if (kind.ends_with("_relu")) kind.resize(kind.size() - 5);
+    }
+    if (kind.ends_with("_") && !kind.ends_with("__")) kind.pop_back();  // relu_ is relu
+    return kind;
+}
+
+// The module each tensor op of the lowered graph comes from. LibTorch keeps the call stack of
+// the float ops it leaves alone but not of those it rewrites (quantized::conv2d, ...), so each
+// lowered op is matched with the float model's ops of its kind in forward's order (the inlined
+// graph at any depth, which keeps call stacks) when both have as many; otherwise its own call
+// stack names it, when it has one.
+inline std::unordered_map<const Node*, std::string> module_names(const ::torch::jit::Module& float_model,
+                                                                 const std::shared_ptr<::torch::jit::Graph>& lowered) {
+    ::torch::jit::Module clone = float_model.clone();
+    clone.eval();
+    auto graph = ::torch::jit::FoldConvBatchNorm(clone).get_method("forward").graph()->copy();
+    ::torch::jit::Inline(*graph);
+    ::torch::jit::ConstantPropagation(graph);  // Conv2d's padding_mode branch, and the like
+    std::map<std::string, std::vector<std::string>> float_paths;
+    for_each_node(graph->block(), [&](const Node* node) {
+        if (has_tensor_output(node))
+            float_paths[float_kind(node->kind().toQualString())].push_back(call_stack_path(node).value_or(""));
+    });
+    std::map<std::string, std::vector<const Node*>> lowered_nodes;
+    for_each_node(lowered->block(), [&](const Node* node) {
+        if (has_tensor_output(node)) lowered_nodes[float_kind(node->kind().toQualString())].push_back(node);
+    });
+    std::unordered_map<const Node*, std::string> names;
+    for (const auto& [kind, nodes] : lowered_nodes) {
+        const auto paths = float_paths.find(kind);
+        const bool matched = paths != float_paths.end() && paths->second.size() == nodes.size();
+        for (std::size_t i = 0; i < nodes.size(); ++i)
+            names[nodes[i]] = matched ? paths->second[i] : call_stack_path(nodes[i]).value_or("");
+    }
+    return names;
+}
+
+// Every value of the top-level block as one run of the graph computes it: the graph's
+// outputs are replaced by a tuple of them, run by the TorchScript interpreter on `self` and
+// the sample.
+inline std::unordered_map<const Value*, c10::IValue> probe(const std::shared_ptr<::torch::jit::Graph>& graph,
+                                                           const ::torch::jit::Module& module, const at::Tensor& sample) {
+    std::vector<Value*> values;
+    for (Node* node : graph->nodes())
+        for (Value* output : node->outputs()) values.push_back(output);
+    const std::vector<Value*> returned(graph->outputs().begin(), graph->outputs().end());
+    const ::torch::jit::WithInsertPoint at_return(graph->return_node());
+    Node* tuple = graph->insertNode(graph->createTuple(values));
+    for (std::size_t i = returned.size(); i-- > 0;) graph->eraseOutput(i);
+    graph->registerOutput(tuple->output());
+
+    const ::torch::jit::Code code(graph, "versatil_export_probe");
+    std::vector<c10::IValue> stack{module._ivalue(), sample};
+    {
+        const ::torch::NoGradGuard no_grad;
+        ::torch::jit::InterpreterState(code).run(stack);
+    }
+    const auto& items = stack.at(0).toTupleRef().elements();
+    std::unordered_map<const Value*, c10::IValue> computed;
+    for (std::size_t i = 0; i < values.size(); ++i) computed.emplace(values[i], items[i]);
+
+    // The graph as it was: the tuple out, the outputs back.
+    graph->eraseOutput(0);
+    tuple->destroy();
+    for (Value* output : returned) graph->registerOutput(output);
+    return computed;
+}
+
+// A quantized op of the export's kernels, by its LibTorch name.
+inline std::vector<c10::IValue> call_op(const char* name, const c10::IValue& argument) {
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+    std::vector<c10::IValue> stack{argument};
+    op.callBoxed(&stack);
+    return stack;
+}
+
+inline std::vector<int> int_list(const c10::IValue& value) {
+    std::vector<int> ints;
+    for (const std::int64_t i : value.toIntVector()) ints.push_back(static_cast<int>(i));
+    return ints;
+}
+
+// A pair from a TorchScript int list of one or two items (kernel_size=3 is [3, 3]).
+inline std::pair<int, int> pair_of(const std::vector<int>& list, std::pair<int, int> if_empty) {
+    if (list.empty()) return if_empty;
+    return {list.front(), list.size() > 1 ? list[1] : list.front()};
+}
+
+class extractor {
+public:
+    extractor(const ::torch::jit::Module& float_model, const lowered_model& lowered, const at::Tensor& sample)
+        : lowered_(lowered) {
+        graph_ = lowered.module.get_method("forward").graph()->copy();
+        ::torch::jit::Inline(*graph_);
+        if (graph_->inputs().size() != 2)
+            fail("the model's forward takes " + std::to_string(graph_->inputs().size() - 1) +
+                 " inputs; firmware models take one tensor");
+        values_ = probe(graph_, lowered.module, sample);
+        names_ = module_names(float_model, graph_);
+    }
+
+    codegen::integer_graph run() {
+        refuse_unsupported_kinds();
+        for (Node* node : graph_->nodes()) visit(node);
+        if (graph_->outputs().size() != 1 || graph_->outputs()[0] != output_value_ || result_.output < 0)
+            fail("the model must return one tensor, dequantized from an int8 one (it returns " +
+                 graph_->outputs()[0]->type()->str() + ")");
+        return std::move(result_);
+    }
+
+private:
+    [[noreturn]] static void fail(const std::string& message) {
+        throw error(error_kind::unsupported_export, "cannot export for firmware: " + message);
+    }
+
+    [[noreturn]] void unsupported(const Node* node, const std::string& module, const std::string& why) const {
+        fail("op '" + std::string(node->kind().toQualString()) + "' in module '" +
+             (module.empty() ? std::string("(the model's forward)") : module) + "' " + why);
+    }
+
+    const c10::IValue& computed(const Value* value) const { return values_.at(value); }
+
+    // The activation tensor a lowered value holds: batch 1, int8 levels (quint8 less 128).
+    codegen::activation_tensor activation(const Value* value, const Node* node, const std::string& module) const {
+        const c10::IValue& ivalue = computed(value);
+        if (!ivalue.isTensor() || !ivalue.toTensor().is_quantized())
+            unsupported(node, module, "produces a float tensor; firmware runs int8 ops only");
+        const at::Tensor& tensor = ivalue.toTensor();
+        if (tensor.qscheme() != c10::kPerTensorAffine)
+            unsupported(node, module, "produces a tensor quantized per channel; activations are per-tensor");
+        const std::int64_t offset = tensor.scalar_type() == c10::kQUInt8 ? 128 : 0;
+        if (tensor.scalar_type() != c10::kQUInt8 && tensor.scalar_type() != c10::kQInt8)
+            unsupported(node, module, "produces a " + std::string(c10::toString(tensor.scalar_type())) + " tensor; activations are 8-bit");
+        codegen::tensor_shape shape;
+        const auto sizes = tensor.sizes();
+        if (sizes.empty() || sizes[0] != 1)
+            unsupported(node, module, "produces a tensor of shape " + c10::str(sizes) + "; firmware runs batch 1");
+        if (sizes.size() == 4)
+            shape = {static_cast<int>(sizes[1]), static_cast<int>(sizes[2]), static_cast<int>(sizes[3])};
+        else if (sizes.size() == 2)
+            shape = {static_cast<int>(sizes[1]), 1, 1};
+        else
+            unsupported(node, module, "produces a tensor of shape " + c10::str(sizes) +
+                                          "; firmware tensors are images [1, C, H, W] or rows [1, F]");
+        return {shape, tensor.q_scale(), static_cast<std::int32_t>(tensor.q_zero_point() - offset)};
+    }
+
+    int add_tensor(const Value* value, const Node* node, const std::string& module) {
+        result_.tensors.push_back(activation(value, node, module));
+        const int index = static_cast<int>(result_.tensors.size()) - 1;
+        tensor_of_[value] = index;
+        return index;
+    }
+
+    int input_tensor(const Node* node, std::size_t i, const std::string& module) const {
+        const auto found = tensor_of_.find(node->input(i));
+        if (found == tensor_of_.end())
+            unsupported(node, module, "reads a value that is not an int8 activation (input " + std::to_string(i) +
+                                          ": " + node->input(i)->type()->str() + ")");
+        return found->second;
+    }
+
+    codegen::integer_op& emit(codegen::op_kind kind, const Node* node, const std::string& module,
+                              std::vector<int> inputs) {
+        codegen::integer_op op;
+        op.kind = kind;
+        op.module = module;
+        op.inputs = std::move(inputs);
+        op.output = add_tensor(node->output(), node, module);
+        result_.ops.push_back(std::move(op));
+        return result_.ops.back();
+    }
+
+    // The output is the same tensor (a no-op for the export); in-place ops alias their input.
+    void alias(const Node* node, const std::string& module) {
+        tensor_of_[node->output()] = input_tensor(node, 0, module);
+    }
+
+    void weights(codegen::integer_op& op, const at::Tensor& weight, const c10::IValue& bias, const Node* node,
+                 const std::string& module) const {
+        if (weight.scalar_type() != c10::kQInt8)
+            unsupported(node, module, "has " + std::string(c10::toString(weight.scalar_type())) + " weights; firmware takes int8");
+        const std::int64_t outputs = weight.size(0);
+        if (weight.qscheme() == c10::kPerChannelAffine || weight.qscheme() == c10::kPerChannelSymmetric) {
+            if (weight.q_per_channel_axis() != 0) unsupported(node, module, "has weights quantized along axis " + std::to_string(weight.q_per_channel_axis()) + "; firmware takes axis 0");
+            if (weight.q_per_channel_zero_points().ne(0).any().item<bool>())
+                unsupported(node, module, "has asymmetric weights (a zero point other than 0); firmware takes symmetric ones (the cortex_m backend)");
+            const at::Tensor scales = weight.q_per_channel_scales().to(at::kDouble).contiguous();
+            op.weight_scales.assign(scales.data_ptr<double>(), scales.data_ptr<double>() + outputs);
+        } else {
+            if (weight.q_zero_point() != 0)
+                unsupported(node, module, "has asymmetric weights (zero point " + std::to_string(weight.q_zero_point()) + "); firmware takes symmetric ones (the cortex_m backend)");
+            op.weight_scales.assign(static_cast<std::size_t>(outputs), weight.q_scale());
+        }
+        const at::Tensor levels = weight.int_repr().contiguous();
+        if (levels.min().item<std::int8_t>() < -127)
+            unsupported(node, module, "has a weight at level -128; symmetric int8 weights stay in [-127, 127] (the cortex_m backend)");
+        op.weights.assign(levels.data_ptr<std::int8_t>(), levels.data_ptr<std::int8_t>() + levels.numel());
+        if (bias.isTensor()) {
+            const at::Tensor values = bias.toTensor().to(at::kFloat).contiguous();
+            op.bias.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
+        }
+    }
+
+    void check_shape(const codegen::integer_op& op, const codegen::tensor_shape& expected, const Node* node) const {
+        const codegen::tensor_shape& actual = result_.tensors.at(static_cast<std::size_t>(op.output)).shape;
+        if (!(actual == expected))
+            unsupported(node, op.module, "gives a " + describe(actual) + " output where its parameters give " +
+                                             describe(expected) + " (ceil_mode is not exported)");
+    }
+
+    static std::string describe(const codegen::tensor_shape& shape) {
+        return std::to_string(shape.channels) + "x" + std::to_string(shape.height) + "x" + std::to_string(shape.width);
+    }
+
+    static int windowed(int size, int kernel, int stride, int padding, int dilation) {
+        return (size + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
+    }
+
+    const codegen::tensor_shape& shape_of(int tensor) const { return result_.tensors.at(static_cast<std::size_t>(tensor)).shape; }
+
+    void conv2d(const Node* node, const std::string& module, bool relu) {
+        const c10::IValue& packed = computed(node->input(1));
+        if (call_op("quantized::conv2d_transpose", packed).at(0).toInt() != 0)
+            unsupported(node, module, "is a transposed convolution, which firmware does not run");
+        const std::vector<c10::IValue> unpacked = call_op("quantized::conv2d_unpack", packed);
+        const auto [stride_h, stride_w] = pair_of(int_list(call_op("quantized::conv2d_stride", packed).at(0)), {1, 1});
+        const auto [pad_h, pad_w] = pair_of(int_list(call_op("quantized::conv2d_padding", packed).at(0)), {0, 0});
+        const auto [dil_h, dil_w] = pair_of(int_list(call_op("quantized::conv2d_dilation", packed).at(0)), {1, 1});
+        const int groups = static_cast<int>(call_op("quantized::conv2d_groups", packed).at(0).toInt());
+        const at::Tensor& weight = unpacked.at(0).toTensor();
+        const int input = input_tensor(node, 0, module);
+        codegen::integer_op& op = emit(codegen::op_kind::conv2d, node, module, {input});
+        op.relu = relu;
+        op.groups = groups;
+        op.window = {static_cast<int>(weight.size(2)), static_cast<int>(weight.size(3)), stride_h, stride_w,
+                     pad_h, pad_w, dil_h, dil_w};
+        weights(op, weight, unpacked.at(1), node, module);
+        const codegen::tensor_shape& in = shape_of(input);
+        if (weight.size(1) * groups != in.channels)
+            unsupported(node, module, "takes " + std::to_string(weight.size(1) * groups) + " channels but gets " +
+                                          std::to_string(in.channels));
+        check_shape(op,
+                    {static_cast<int>(weight.size(0)), windowed(in.height, op.window.kernel_h, stride_h, pad_h, dil_h),
+                     windowed(in.width, op.window.kernel_w, stride_w, pad_w, dil_w)},
+                    node);
+    }
+
+    void linear(const Node* node, const std::string& module, bool relu) {
+        const std::vector<c10::IValue> unpacked = call_op("quantized::linear_unpack", computed(node->input(1)));
+        const at::Tensor& weight = unpacked.at(0).toTensor();
+        const int input = input_tensor(node, 0, module);
+        const codegen::tensor_shape& in = shape_of(input);
+        if (in.height != 1 || in.width != 1 || in.channels != weight.size(1))
+            unsupported(node, module, "reads a " + describe(in) + " tensor; a linear layer takes a row of " +
+                                          std::to_string(weight.size(1)) + " (flatten first)");
+        codegen::integer_op& op = emit(codegen::op_kind::linear, node, module, {input});
+        op.relu = relu;
+        weights(op, weight, unpacked.at(1), node, module);
+        check_shape(op, {static_cast<int>(weight.size(0)), 1, 1}, node);
+    }
+
+    // relu, hardtanh (ReLU6) and clamp: the bounds in real values; an open side is the end of
+    // the output's int8 range.
+    void clamp(const Node* node, const std::string& module, std::optional<double> low, std::optional<double> high) {
+        const bool in_place = std::string_view(node->kind().toQualString()).ends_with("_");
+        const int input = input_tensor(node, 0, module);
+        codegen::integer_op& op = emit(codegen::op_kind::clamp, node, module, {input});
+        const codegen::activation_tensor& out = result_.tensors.at(static_cast<std::size_t>(op.output));
+        op.clamp_min = low.value_or(out.scale * (-128 - out.zero_point));
+        op.clamp_max = high.value_or(out.scale * (127 - out.zero_point));
+        if (!(op.clamp_min <= op.clamp_max)) unsupported(node, module, "clamps to an empty range");
+        check_shape(op, shape_of(input), node);
+        if (in_place) tensor_of_[node->input(0)] = op.output;  // later reads of the input see the clamp
+    }
+
+    static std::optional<double> optional_scalar(const c10::IValue& value) {
+        if (value.isNone()) return std::nullopt;
+        return value.toScalar().toDouble();
+    }
+
+    void pool(const Node* node, const std::string& module, codegen::op_kind kind) {
+        const auto [kernel_h, kernel_w] = pair_of(int_list(computed(node->input(1))), {1, 1});
+        const auto [stride_h, stride_w] = pair_of(int_list(computed(node->input(2))), {kernel_h, kernel_w});
+        const auto [pad_h, pad_w] = pair_of(int_list(computed(node->input(3))), {0, 0});
+        std::pair<int, int> dilation{1, 1};
+        if (kind == codegen::op_kind::max_pool2d) {
+            dilation = pair_of(int_list(computed(node->input(4))), {1, 1});
+        } else if (!computed(node->input(6)).isNone()) {
+            unsupported(node, module, "sets divisor_override, which firmware does not run");
+        }
+        const int input = input_tensor(node, 0, module);
+        codegen::integer_op& op = emit(kind, node, module, {input});
+        op.window = {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation.first, dilation.second};
+        if (kind == codegen::op_kind::avg_pool2d) op.count_include_pad = computed(node->input(5)).toBool();
+        const codegen::tensor_shape& in = shape_of(input);
+        check_shape(op,
+                    {in.channels, windowed(in.height, kernel_h, stride_h, pad_h, dilation.first),
+                     windowed(in.width, kernel_w, stride_w, pad_w, dilation.second)},
+                    node);
+    }
+
+    // Adaptive average pooling to 1x1 is global average pooling; to a size that divides the
+    // input it is average pooling with the quotient as window and stride.
+    void adaptive_avg_pool(const Node* node, const std::string& module) {
+        const int input = input_tensor(node, 0, module);
+        const codegen::tensor_shape in = shape_of(input);
+        const auto [out_h, out_w] = pair_of(int_list(computed(node->input(1))), {1, 1});
+        if (out_h == 1 && out_w == 1) {
+            check_shape(emit(codegen::op_kind::global_avg_pool2d, node, module, {input}), {in.channels, 1, 1}, node);
+            return;
+        }
+        if (out_h <= 0 || out_w <= 0 || in.height % out_h != 0 || in.width % out_w != 0)
+            unsupported(node, module, "pools " + describe(in) + " to " + std::to_string(out_h) + "x" +
+                                          std::to_string(out_w) + ", not by a whole factor");
+        codegen::integer_op& op = emit(codegen::op_kind::avg_pool2d, node, module, {input});
+        const int kernel_h = in.height / out_h, kernel_w = in.width / out_w;
+        op.window = {kernel_h, kernel_w, kernel_h, kernel_w, 0, 0, 1, 1};
+        check_shape(op, {in.channels, out_h, out_w}, node);
+    }
+
+    // flatten, view and reshape to one row per sample: the same bytes, in C, H, W order.
+    void to_row(const Node* node, const std::string& module) {
+        const int input = input_tensor(node, 0, module);
+        const codegen::tensor_shape in = shape_of(input);
+        const at::Tensor& output = computed(node->output()).toTensor();
+        const bool same = output.sizes().size() == 4 && output.size(1) == in.channels && output.size(2) == in.height &&
+                          output.size(3) == in.width;
+        if (same || (in.height == 1 && in.width == 1 && output.dim() == 2 && output.size(1) == in.channels)) {
+            alias(node, module);
+            return;
+        }
+        if (output.dim() != 2 || output.size(0) != 1 || output.size(1) != in.elements())
+            unsupported(node, module, "reshapes " + describe(in) + " to " + c10::str(output.sizes()) +
+                                          "; firmware flattens to one row only");
+        check_shape(emit(codegen::op_kind::flatten, node, module, {input}), {in.elements(), 1, 1}, node);
+    }
+
+    std::string module_of(const Node* node) const {
+        const auto found = names_.find(node);
+        return found != names_.end() ? found->second : call_stack_path(node).value_or("");
+    }
+
+    static bool is_exported_kind(std::string_view kind) {
+        for (const std::string_view exported :
+             {"aten::quantize_per_tensor", "aten::dequantize", "quantized::conv2d", "quantized::conv2d_relu",
+              "quantized::linear", "quantized::linear_relu", "quantized::add", "quantized::add_relu", "aten::relu",
+              "aten::relu_", "aten::hardtanh", "aten::hardtanh_", "aten::clamp", "aten::clamp_", "aten::max_pool2d",
+              "aten::avg_pool2d", "aten::adaptive_avg_pool2d", "aten::flatten", "aten::view", "aten::reshape",
+              "aten::contiguous", "aten::dropout"})
+            if (kind == exported) return true;
+        return false;
+    }
+
+    // The first op, at any depth and in forward's order, of a kind firmware has no kernel for:
+    // refused before shapes are checked, so a model is refused for what it computes (a
+    // transformer block's ops) rather than for a shape on the way there.
+    void refuse_unsupported_kinds() const {
+        const Node* first = nullptr;
+        for_each_node(graph_->block(), [&](const Node* node) {
+            if (!first && has_tensor_output(node) && node->kind() != c10::prim::Constant && node->blocks().empty() &&
+                !is_exported_kind(node->kind().toQualString()))
+                first = node;
+        });
+        if (!first) return;
+        const auto value = values_.find(first->outputs()[0]);
+        const bool float_op = value != values_.end() && value->second.isTensor() && !value->second.toTensor().is_quantized();
+        unsupported(first, module_of(first), float_op ? runs_in_float : no_kernel);
+    }
+
+    static constexpr const char* runs_in_float =
+        "runs in float (a layer left unquantized, or an op LibTorch has no int8 kernel for); firmware runs int8 ops "
+        "only";
+    static constexpr const char* no_kernel =
+        "has no int8 kernel in the firmware runtime (it runs conv2d, linear, add, relu/relu6/clamp, max and average "
+        "pooling, global average pooling, flatten)";
+
+    void visit(Node* node) {
+        const std::string kind = node->kind().toQualString();
+        const bool tensor_op = has_tensor_output(node);
+        bool blocks_compute = false;
+        for (::torch::jit::Block* block : node->blocks())
+            for_each_node(block, [&](const Node* inner) { blocks_compute = blocks_compute || has_tensor_output(inner); });
+        // Constants, attributes, lists, shape checks: a tensor constant is data an op may read
+        // (input_tensor refuses one that is read as an activation).
+        if ((!tensor_op && !blocks_compute) || node->kind() == c10::prim::Constant) return;
+        const std::string module = module_of(node);
+        if (!node->blocks().empty())
+            unsupported(node, module, "computes tensors under control flow; firmware runs a fixed sequence of ops");
+
+        if (kind == "aten::quantize_per_tensor") {
+            if (node->input(0) != graph_->inputs()[1] || result_.input >= 0)
+                unsupported(node, module, "quantizes a value computed in float; firmware runs int8 ops only");
+            result_.input = add_tensor(node->output(), node, module);
+        } else if (kind == "aten::dequantize") {
+            result_.output = input_tensor(node, 0, module);
+            output_value_ = node->output();
+        } else if (kind == "quantized::conv2d" || kind == "quantized::conv2d_relu") {
+            conv2d(node, module, kind.ends_with("_relu"));
+        } else if (kind == "quantized::linear" || kind == "quantized::linear_relu") {
+            linear(node, module, kind.ends_with("_relu"));
+        } else if (kind == "quantized::add" || kind == "quantized::add_relu") {
+            emit(codegen::op_kind::add, node, module, {input_tensor(node, 0, module), input_tensor(node, 1, module)})
+                .relu = kind.ends_with("_relu");
+        } else if (kind == "aten::relu" || kind == "aten::relu_") {
+            clamp(node, module, 0.0, std::nullopt);
+        } else if (kind == "aten::hardtanh" || kind == "aten::hardtanh_") {
+            clamp(node, module, computed(node->input(1)).toScalar().toDouble(), computed(node->input(2)).toScalar().toDouble());
+        } else if (kind == "aten::clamp" || kind == "aten::clamp_") {
+            clamp(node, module, optional_scalar(computed(node->input(1))), optional_scalar(computed(node->input(2))));
+        } else if (kind == "aten::max_pool2d") {
+            pool(node, module, codegen::op_kind::max_pool2d);
+        } else if (kind == "aten::avg_pool2d") {
+            pool(node, module, codegen::op_kind::avg_pool2d);
+        } else if (kind == "aten::adaptive_avg_pool2d") {
+            adaptive_avg_pool(node, module);
+        } else if (kind == "aten::flatten" || kind == "aten::view" || kind == "aten::reshape") {
+            to_row(node, module);
+        } else if (kind == "aten::contiguous" || (kind == "aten::dropout" && !computed(node->input(2)).toBool())) {
+            alias(node, module);
+        } else {
+            unsupported(node, module, no_kernel);  // refuse_unsupported_kinds found it first
+        }
+    }
+
+    const lowered_model& lowered_;
+    std::unordered_map<const Node*, std::string> names_;
+    std::shared_ptr<::torch::jit::Graph> graph_;
+    std::unordered_map<const Value*, c10::IValue> values_;
+    std::unordered_map<const Value*, int> tensor_of_;
+    const Value* output_value_ = nullptr;
+    codegen::integer_graph result_;
+};
+
+}  // namespace export_detail
+
+// The integer graph of `lowered` (quantized from `float_model` for a microcontroller), its
+// shapes and activation quantization read off one run on the first sample of `sample`; an
+// error(unsupported_export) naming the op and module that firmware cannot run.
+inline codegen::integer_graph extract_integer_graph(const ::torch::jit::Module& float_model, const lowered_model& lowered,
+                                                    const batch& sample) {
+    if (!lowered.plan.quantizer.supported_device_types().contains(device_type::mcu))
+        throw error(error_kind::unsupported_export,
+                    "cannot export for firmware: the model is quantized for " + engine_name(lowered.plan.engine) +
+                        " on the CPU; quantize it for a microcontroller (a cortex_m target, --target =cortex_m)");
+    if (sample.arity() != 1)
+        throw error(error_kind::unsupported_export, "cannot export for firmware: the model takes " +
+                                                        std::to_string(sample.arity()) + " inputs; firmware models take one tensor");
+    const engine_scope engine(lowered.plan.engine);
+    export_detail::extractor extractor(float_model, lowered, sample.input().slice(0, 0, 1).contiguous());
+    return extractor.run();
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,195 @@
+// The code generator: validation names the op and the problem, lowering makes the integer
+// decisions (biases, multipliers, folded clamps), run_on_host agrees with a plain executor
+// that gives every tensor its own buffer, and header_for checks its namespace.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "synthetic_graph.hpp"
+#include "versatil/codegen/figures.hpp"
+#include "versatil/codegen/header_writer.hpp"
+#include "versatil/codegen/host_runner.hpp"
+#include "versatil/codegen/lower.hpp"
+#include "versatil/codegen/validate.hpp"
+
+namespace {
+
+using namespace versatil::codegen;
+namespace fw = versatil::firmware;
+
+std::string rejection(const integer_graph& g) {
+    try {
+        validate(g);
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    return "";
+}
+
+integer_op& op_named(integer_graph& g, const std::string& module) {
+    for (integer_op& op : g.ops)
+        if (op.module == module) return op;
+    throw std::logic_error("no op " + module);
+}
+
+}  // namespace
+
+TEST_CASE("validate accepts the synthetic graph and names the op of every malformation") {
+    const integer_graph good = synthetic::graph(1);
+    CHECK(rejection(good).empty());
+
+    integer_graph g = good;
+    op_named(g, "features.0").weights.pop_back();
+    CHECK(rejection(g) == "versatil::codegen: op 0 'features.0' (conv2d): 71 weights, expected 72");
+
+    g = good;
+    op_named(g, "features.3.depthwise").groups = 3;
+    CHECK(rejection(g).find("'features.3.depthwise' (conv2d): 3 groups do not divide 8 input and 8 output channels") != std::string::npos);
+
+    g = good;
+    g.tensors[static_cast<std::size_t>(op_named(g, "features.4").output)].shape.height = 8;  // as ceil mode would
+    CHECK(rejection(g).find("'features.4' (conv2d): output shape {16, 8, 7} does not follow from input {8, 14, 14}") != std::string::npos);
+
+    g = good;
+    op_named(g, "features.3.add").inputs = {op_named(g, "features.4").output, 2};
+    CHECK(rejection(g).find("'features.3.add' (add): input tensor") != std::string::npos);
+    CHECK(rejection(g).find("is read before any op writes it") != std::string::npos);
+
+    g = good;
+    g.tensors[static_cast<std::size_t>(op_named(g, "features.2").output)].zero_point += 1;
+    CHECK(rejection(g).find("'features.2' (max_pool2d): output quantization differs") != std::string::npos);
+
+    g = good;
+    op_named(g, "classifier.fc1").weight_scales[3] = 0.0;
+    CHECK(rejection(g).find("'classifier.fc1' (linear): a weight scale is not positive") != std::string::npos);
+
+    g = good;
+    op_named(g, "features.6").window.dilation_h = 2;
+    CHECK(rejection(g).find("'features.6' (avg_pool2d): average pooling has no dilation") != std::string::npos);
+
+    g = good;
+    op_named(g, "classifier.flatten").relu = true;
+    CHECK(rejection(g).find("'classifier.flatten' (flatten): a fused relu") != std::string::npos);
+
+    g = good;
+    g.tensors[0].zero_point = 200;
+    CHECK(rejection(g) == "versatil::codegen: tensor 0 has zero point 200, outside int8");
+
+    g = good;
+    g.ops.clear();
+    g.output = g.input;
+    CHECK(rejection(g) == "versatil::codegen: the graph has no op");
+
+    g = good;
+    g.output = 1000;
+    CHECK(rejection(g) == "versatil::codegen: the graph's output tensor 1000 does not exist");
+
+    // Every public entry point validates.
+    g = good;
+    op_named(g, "classifier.fc2").bias.push_back(0.0F);
+    CHECK_THROWS_WITH_AS(header_for(g, "m"), doctest::Contains("'classifier.fc2' (linear): 11 biases for 10 output channels"), std::invalid_argument);
+    CHECK_THROWS_AS(summarize(g), std::invalid_argument);
+    CHECK_THROWS_AS(run_on_host(g, std::vector<std::int8_t>(784)), std::invalid_argument);
+}
+
+TEST_CASE("lowering: int32 biases at input scale x weight scale, per-channel multipliers, folded clamps") {
+    const integer_graph g = synthetic::graph(1);
+    const lowered_graph l = lower(g);
+    // Two clamps fold (relu6 after the depthwise, relu after features.4); the hardtanh with its
+    // own output quantization stays a layer.
+    CHECK(l.layers.size() == g.ops.size() - 2);
+    const lowered_layer& dw = l.layers[2];
+    CHECK(dw.module == "features.3.depthwise");
+    CHECK(dw.fused == std::vector<std::string>{"features.3.relu6"});
+    const auto& dw_params = std::get<fw::conv2d_params>(dw.params);
+    const integer_op& source = g.ops[2];
+    const activation_tensor& in = g.tensors[static_cast<std::size_t>(source.inputs[0])];
+    const activation_tensor& out = g.tensors[static_cast<std::size_t>(g.ops[3].output)];
+    CHECK(dw_params.range.min == out.zero_point);  // relu6: 0 is the zero point
+    CHECK(dw_params.range.max < 127);
+    for (std::size_t c = 0; c < 8; ++c) {
+        const double accumulator_scale = in.scale * source.weight_scales[c];
+        CHECK(dw.bias[c] == static_cast<std::int32_t>(std::nearbyint(source.bias[c] / accumulator_scale)));
+        CHECK(dw.multipliers[c] == versatil::math::quantize_multiplier(accumulator_scale / out.scale));
+    }
+    bool standing_clamp = false;
+    for (const lowered_layer& layer : l.layers) standing_clamp = standing_clamp || layer.module == "features.5.hardtanh";
+    CHECK(standing_clamp);
+    // The relu fused by the model itself (conv2d_relu) keeps levels at or above the zero point.
+    CHECK(std::get<fw::conv2d_params>(l.layers[0].params).range == fw::activation_range{-128, 127});  // zero point -128
+    // TFLite's add: each input at scale / (2 * max scale).
+    const auto& add = std::get<fw::add_params>(l.layers[4].params);
+    CHECK(add.left_shift == 20);
+    CHECK((add.input1_multiplier == versatil::math::quantize_multiplier(0.5) || add.input2_multiplier == versatil::math::quantize_multiplier(0.5)));
+}
+
+TEST_CASE("run_on_host equals a plain executor with a buffer per tensor, and reads only its input") {
+    for (unsigned seed = 1; seed <= 5; ++seed) {
+        const lowered_graph l = lower(synthetic::graph(seed));
+        std::mt19937 random(seed);
+        std::vector<std::int8_t> input(784);
+        for (auto& x : input) x = static_cast<std::int8_t>(random() % 256);
+        std::vector<std::vector<std::int8_t>> tensors;
+        for (const fw::shape& s : l.tensors) tensors.emplace_back(s.bytes());
+        tensors[static_cast<std::size_t>(l.input)] = input;
+        for (const lowered_layer& layer : l.layers) {
+            const layer_params params = bound(layer);
+            const auto& a = tensors[static_cast<std::size_t>(layer.inputs[0])];
+            auto& out = tensors[static_cast<std::size_t>(layer.output)];
+            if (const auto* p = std::get_if<fw::conv2d_params>(&params)) fw::conv2d(*p, a.data(), out.data());
+            else if (const auto* p = std::get_if<fw::linear_params>(&params)) fw::linear(*p, a.data(), out.data());
+            else if (const auto* p = std::get_if<fw::add_params>(&params)) fw::add(*p, a.data(), tensors[static_cast<std::size_t>(layer.inputs[1])].data(), out.data());
+            else if (const auto* p = std::get_if<fw::clamp_params>(&params)) fw::clamp(*p, a.data(), out.data());
+            else if (const auto* p = std::get_if<fw::max_pool2d_params>(&params)) fw::max_pool2d(*p, a.data(), out.data());
+            else if (const auto* p = std::get_if<fw::avg_pool2d_params>(&params)) fw::avg_pool2d(*p, a.data(), out.data());
+            else out = a;
+        }
+        const std::vector<std::int8_t> before = input;
+        CHECK(run_on_host(l, input) == tensors[static_cast<std::size_t>(l.output)]);
+        CHECK(input == before);
+        const firmware_figures f = summarize(l);
+        CHECK(f.arena_bytes >= f.arena_lower_bound_bytes);
+        CHECK(f.arena_bytes <= f.greedy_planner_bytes);
+    }
+}
+
+TEST_CASE("quantize_input rounds as ATen does and checks the size") {
+    integer_graph g = synthetic::graph(1);
+    g.tensors[0].scale = 0.5;
+    g.tensors[0].zero_point = 3;
+    std::vector<float> values(784, 0.0F);
+    values[0] = 0.25F;    // 0.5 -> 0 (half to even) + 3
+    values[1] = 0.75F;    // 1.5 -> 2 + 3
+    values[2] = -1000.F;  // clamps
+    values[3] = 1.0F;
+    const auto levels = quantize_input(g, values);
+    CHECK(levels[0] == 3);
+    CHECK(levels[1] == 5);
+    CHECK(levels[2] == -128);
+    CHECK(levels[3] == 5);
+    CHECK(dequantize_output(g, std::vector<std::int8_t>{5}).size() == 1);
+    CHECK_THROWS_AS(quantize_input(g, std::vector<float>(10)), std::invalid_argument);
+}
+
+TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API and the plan") {
+    const integer_graph g = synthetic::graph(2);
+    for (const char* bad : {"", "2fast", "a-b", "namespace", "a::", "::a", "std", "__x", "a::int"}) {
+        CHECK_THROWS_WITH_AS(header_for(g, bad), doctest::Contains("is not a C++ namespace name"), std::invalid_argument);
+        CHECK_THROWS_AS(versatil::codegen::check_namespace(bad), std::invalid_argument);  // the CLI's early check
+    }
+    CHECK_NOTHROW(versatil::codegen::check_namespace("vendor::fm"));
+    const std::string text = header_for(g, "vendor::fm");
+    for (const char* part : {"namespace vendor::fm {", "struct model {", "static constexpr std::size_t input_size = 784;",
+                             "static constexpr std::size_t output_size = 10;", "arena_bytes = detail::plan.figures.arena_bytes",
+                             "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena) noexcept",
+                             "inline constexpr auto plan = fw::plan_arena(tensors, layers, input_tensor, output_tensor);",
+                             "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
+                             "fw::conv2d(detail::layer_2, a + plan.tensors[", ", in place\n"})
+        CHECK_MESSAGE(text.find(part) != std::string::npos, part);
+}
