@@ -15,6 +15,10 @@ cli, export, project_version = sys.argv[1:4]
 failures = []
 
 
+def fm_default_calibration(report):
+    return json.loads(report.read_text())["targets"][0]["calibration"]
+
+
 def run(*args, expect_status=0, expect_text=None):
     result = subprocess.run([cli, *map(str, args)], capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
@@ -83,6 +87,12 @@ with tempfile.TemporaryDirectory() as scratch:
     if steps["targets"][0]["options"] != "per_tensor,cle,bias_correction" or "cle: weight ranges equalized" not in changes \
             or "bias correction: " not in changes:
         failures.append(f"cle,bias_correction run: options {steps['targets'][0]['options']!r}, changes: {changes}")
+    # A calibration method: named in the report, text and JSON.
+    run("--model", model, "--data", data, "--target", "=xnnpack:calibration=entropy", "--report",
+        d / "entropy.json", "--no-per-layer", expect_text="(calibration: entropy)")
+    entropy = json.loads((d / "entropy.json").read_text())
+    if entropy["targets"][0]["calibration"] != "entropy" or fm_default_calibration(d / "fm.json") != "histogram (default)":
+        failures.append(f"calibration run: {entropy['targets'][0]}")
     fm = json.loads((d / "fm.json").read_text())
     if fm["float_accuracy"] is None or fm["quantized_accuracy"] is None:
         failures.append("accuracy missing with labelled test data")
@@ -95,6 +105,11 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
     run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")
     run("--target", "features", expect_status=2, expect_text="is not PATH=BACKEND")
+    run("--target", "=xnnpack:calibration=kl", expect_status=2,
+        expect_text="unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, "
+                    "histogram, percentile, entropy, auto)")
+    run("--target", "=x86_inductor:qat,calibration=auto", expect_status=2,
+        expect_text="options 'calibration' and 'qat' do not combine")
     run("--target", "=xnnpack:dynamic,bias_correction", expect_status=2,
         expect_text="options 'bias_correction' and 'dynamic' do not combine")
     run("--target", "features=xnnpack", "--target", "features.0=xnnpack", expect_status=2, expect_text="overlap")

@@ -18,8 +18,9 @@ std::string parse_error(std::string_view spec) {
 
 TEST_CASE("every configured policy is in the catalogue once") {
     // x86_inductor and xnnpack: five options make 32 subsets, of which 12 put bias_correction with
-    // dynamic or qat (20 configurations each); cortex_m: two options.
-    CHECK(builtin_backends.size() == 20 + 20 + 4);
+    // dynamic or qat (20 configurations each), and each of the 8 static post-training subsets
+    // (neither dynamic nor qat) again with each of the 6 calibration methods; cortex_m: two options.
+    CHECK(builtin_backends.size() == 20 + 20 + 2 * 8 * 6 + 4);
     for (std::size_t i = 0; i < builtin_backends.size(); ++i)
         for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
             CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
@@ -55,7 +56,15 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
           "unknown option 'dynamic' for backend 'cortex_m' (cortex_m accepts: qat per_tensor)");
     CHECK(parse_error("xnnpack:reduce_range") ==
           "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor cle "
-          "bias_correction)");
+          "bias_correction calibration=METHOD)");
+    CHECK(parse_error("xnnpack:calibration=kl") ==
+          "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
+          "percentile, entropy, auto)");
+    CHECK(parse_error("xnnpack:cle,calibration") ==
+          "option 'calibration' needs a method, calibration=METHOD in 'xnnpack:cle,calibration' (methods: minmax, "
+          "moving_minmax, histogram, percentile, entropy, auto)");
+    CHECK(parse_error("xnnpack:calibration=auto,calibration=auto").starts_with("more than one calibration method"));
+    CHECK(parse_error("x86_inductor:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
     CHECK(parse_error("x86_inductor:per_tensor")
               .find("x86_inductor accepts: dynamic qat reduce_range cle bias_correction") != std::string::npos);
     CHECK(parse_error("xnnpack:dynamic,dynamic") == "option 'dynamic' given twice in 'xnnpack:dynamic,dynamic'");

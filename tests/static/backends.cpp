@@ -167,6 +167,34 @@ static_assert(options_combine<cle, bias_correction, per_tensor> && options_combi
               options_combine<qat, cle>);
 static_assert(!options_combine<dynamic, bias_correction> && !options_combine<bias_correction, qat>);
 
+// --- Calibration methods: each changes the static activations' observer and nothing else ----
+template <class With, class Without>
+constexpr bool only_activation_observers_differ(observer_kind observer) {
+    quantization_config expected = Without::config;
+    expected.input_activation->observer = observer;
+    expected.output_activation->observer = observer;
+    return With::config == expected;
+}
+using cm = calibration_method;
+static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::minmax>>, XNNPACK<>>(observer_kind::min_max));
+static_assert(only_activation_observers_differ<XNNPACK<per_tensor, calibration<cm::moving_minmax>>, XNNPACK<per_tensor>>(
+    observer_kind::moving_average_min_max));
+static_assert(only_activation_observers_differ<X86Inductor<calibration<cm::percentile>>, X86Inductor<>>(
+    observer_kind::histogram_percentile));
+static_assert(only_activation_observers_differ<X86Inductor<reduce_range, calibration<cm::entropy>>, X86Inductor<reduce_range>>(
+    observer_kind::histogram_entropy));
+static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::automatic>, cle>, XNNPACK<cle>>(observer_kind::histogram_auto));
+// histogram is the backends' own default: naming it changes the spelling, not the config.
+static_assert(XNNPACK<calibration<cm::histogram>>::config == XNNPACK<>::config);
+static_assert(calibration_of(XNNPACK<>::config) == cm::histogram && calibration_of(X86Inductor<>::config) == cm::histogram);
+static_assert(!calibration_of(XNNPACK<dynamic>::config) && !calibration_of(X86Inductor<qat>::config));
+static_assert(X86Inductor<calibration<cm::automatic>, bias_correction, cle>::options == "cle,bias_correction,calibration=auto");
+// At most one method, and only where activations are calibrated (compile_fail/option_calibration_*.cpp).
+static_assert(options_combine<calibration<cm::entropy>, cle, bias_correction, per_tensor>);
+static_assert(!options_combine<calibration<cm::entropy>, calibration<cm::minmax>> && !options_combine<dynamic, calibration<cm::minmax>> &&
+              !options_combine<qat, calibration<cm::automatic>>);
+static_assert(parse_calibration_method("auto") == cm::automatic && !parse_calibration_method("kl"));
+
 // --- cortex_m: TFLite Micro's int8 scheme (int8 asymmetric activations, int8 symmetric
 // weights -127..127 with zero point 0, int32 biases at input_scale * weight_scale) ----------
 static_assert(CortexM<>::name == "cortex_m");

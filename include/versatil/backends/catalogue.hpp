@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "versatil/backends/cortex_m.hpp"
@@ -52,6 +53,17 @@ struct option_subsets {
 
 template <template <auto...> class Policy, auto... Options>
 inline constexpr auto every_option_subset = option_subsets<Policy>::template of<Options...>();
+
+// The same, and each combining subset again with each calibration method.
+template <template <auto...> class Policy, auto... Options>
+inline constexpr auto every_option_subset_and_calibration = concatenate(
+    every_option_subset<Policy, Options...>,
+    option_subsets<Policy, calibration<calibration_method::minmax>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::moving_minmax>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::histogram>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::percentile>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::entropy>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::automatic>>::template of<Options...>());
 }  // namespace detail
 
 // The built-in backends' policy templates: layers above the core give each its traits (the
@@ -59,8 +71,8 @@ inline constexpr auto every_option_subset = option_subsets<Policy>::template of<
 using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
 
 inline constexpr auto builtin_backends =
-    detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction>,
-                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>,
+    detail::concatenate(detail::every_option_subset_and_calibration<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction>,
+                        detail::every_option_subset_and_calibration<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>,
                         detail::every_option_subset<CortexM, qat, per_tensor>);
 
 namespace detail {
@@ -90,9 +102,16 @@ constexpr std::string_view next_token(std::string_view& rest, char separator) no
     return token;
 }
 
+constexpr bool is_calibration(std::string_view option) noexcept {
+    return option == "calibration" || option.starts_with("calibration=");
+}
+
+// Whether `options` lists `option`; "calibration" stands for any "calibration=METHOD".
 constexpr bool lists_option(std::string_view options, std::string_view option) noexcept {
-    while (!options.empty())
-        if (next_token(options, ',') == option) return true;
+    while (!options.empty()) {
+        const std::string_view token = next_token(options, ',');
+        if (token == option || (option == "calibration" && is_calibration(token))) return true;
+    }
     return false;
 }
 
@@ -146,7 +165,11 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
 
     const auto accepted = [&] {
         std::string list;
-        for (const std::string_view option : known) list.append(list.empty() ? "" : " ").append(option);
+        bool calibration_listed = false;  // one "calibration=METHOD" for the six methods
+        for (const std::string_view option : known) {
+            if (detail::is_calibration(option) && std::exchange(calibration_listed, true)) continue;
+            list.append(list.empty() ? "" : " ").append(detail::is_calibration(option) ? "calibration=METHOD" : option);
+        }
         return " (" + std::string(name) + " accepts: " + list + ")";
     };
     if (colon != std::string_view::npos && options.empty())
@@ -159,6 +182,17 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
         const std::string_view before = options.substr(0, options.size() - rest.size());
         const std::string_view option = detail::next_token(rest, ',');
         ++count;
+        if (detail::is_calibration(option)) {
+            const std::string_view method = option.substr(std::min(option.size(), std::size_t{12}));
+            if (!parse_calibration_method(method))
+                return backend_spec_error{
+                    (method.empty() ? "option 'calibration' needs a method, calibration=METHOD"
+                                    : "unknown calibration method '" + std::string(method) + "'") +
+                    " in '" + std::string(spec) + "' (methods: " + std::string(calibration_method_names) + ")"};
+            if (detail::lists_option(before, "calibration"))
+                return backend_spec_error{"more than one calibration method in '" + std::string(spec) +
+                                          "' (a target calibrates with one)"};
+        }
         if (std::ranges::find(known, option) == known.end())
             return backend_spec_error{"unknown option '" + std::string(option) + "' for backend '" +
                                       std::string(name) + "'" + accepted()};

@@ -26,6 +26,7 @@
 
 #include "versatil/core/quantization_spec.hpp"
 #include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/histogram_ranges.hpp"
 #include "versatil/libtorch/pipeline/observer_ops.hpp"
 
 namespace versatil::libtorch {
@@ -141,6 +142,40 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
     return self._unobserved_qparams()
 )JIT";
 
+// The calibration methods' range choices over the same histogram (histogram_ranges.hpp). The
+// auto observer also keeps a moving-average range, one of its candidates.
+inline operator_method histogram_range_qparams_method(observer_kind kind) {
+    if (kind == observer_kind::histogram_auto)
+        return {"calculate_qparams", "versatil::histogram_auto_qparams", {},
+                {"self.min_val", "self.max_val", "self.histogram", "self.seen_min", "self.seen_max", "self.moving_min",
+                 "self.moving_max", "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count",
+                 "self.dst_nbins",
+                 "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+                {}, 2};
+    const auto method = kind == observer_kind::histogram_percentile ? observer_ops::histogram_method::percentile
+                                                                     : observer_ops::histogram_method::entropy;
+    return {"calculate_qparams", "versatil::histogram_method_qparams", {},
+            {"self.min_val", "self.max_val", "self.histogram", std::to_string(static_cast<std::int64_t>(method)),
+             "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+            {}, 2};
+}
+
+inline constexpr std::string_view histogram_auto_reset_source = R"JIT(
+def reset_min_max_vals(self):
+    self.min_val = torch.full([1], float("inf")).reshape([])
+    self.max_val = torch.full([1], float("-inf")).reshape([])
+    self.histogram = torch.zeros([self.bins])
+    self.seen_min = torch.full([1], float("inf")).reshape([])
+    self.seen_max = torch.full([1], float("-inf")).reshape([])
+    self.moving_min = torch.full([1], float("inf")).reshape([])
+    self.moving_max = torch.full([1], float("-inf")).reshape([])
+    self.samples = torch.zeros([0])
+    self.sample_rate = torch.ones([1]).long().reshape([])
+    self.lowest = torch.zeros([0])
+    self.highest = torch.zeros([0])
+    self.seen_count = torch.zeros([1]).long().reshape([])
+)JIT";
+
 inline constexpr int histogram_bins = 2048;
 inline constexpr int histogram_upsample_rate = 128;
 
@@ -152,6 +187,9 @@ inline std::string class_name(observer_kind kind) {
             case observer_kind::per_channel_min_max: return "PerChannelMinMaxObserver";
             case observer_kind::moving_average_per_channel_min_max: return "MovingAveragePerChannelMinMaxObserver";
             case observer_kind::histogram: return "HistogramObserver";
+            case observer_kind::histogram_percentile: return "HistogramPercentileObserver";
+            case observer_kind::histogram_entropy: return "HistogramEntropyObserver";
+            case observer_kind::histogram_auto: return "HistogramAutoObserver";
             // Not "PlaceholderObserver": InsertQuantDeQuant treats any class whose name
             // contains that as PyTorch's fp16 placeholder and crashes on ours (SIGSEGV in
             // Graph::createGetAttr, seen with 1.13.1).
@@ -173,7 +211,14 @@ inline std::string class_name(observer_kind kind) {
 // in PyTorch 2.0, which passes the float bounds, as this does). Per-tensor kinds pass ch_axis -1
 // whatever the attribute holds.
 inline operator_method statistics_method(observer_kind kind, const std::string& name) {
-    if (kind == observer_kind::histogram)
+    if (kind == observer_kind::histogram_auto)
+        return {name, "versatil::observe_histogram_auto", {"x_orig"},
+                {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate", "self.seen_min",
+                 "self.seen_max", "self.moving_min", "self.moving_max", "self.averaging_constant", "self.samples",
+                 "self.sample_rate", "self.lowest", "self.highest", "self.seen_count"},
+                {"min_val", "max_val", "histogram", "seen_min", "seen_max", "moving_min", "moving_max", "samples",
+                 "sample_rate", "lowest", "highest", "seen_count"}};
+    if (is_histogram(kind))
         return {name, "versatil::observe_histogram", {"x_orig"},
                 {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate"},
                 {"min_val", "max_val", "histogram"}};
@@ -195,9 +240,11 @@ inline void define_observer_methods(::torch::jit::Module& module, observer_kind 
         return;
     }
     define_operator_method(module, statistics_method(kind, statistics_name));
-    if (kind == observer_kind::histogram) {
-        define_operator_method(module, histogram_qparams_method);
-        module.define(std::string(histogram_reset_source));
+    if (is_histogram(kind)) {
+        define_operator_method(module, kind == observer_kind::histogram ? histogram_qparams_method
+                                                                         : histogram_range_qparams_method(kind));
+        module.define(std::string(kind == observer_kind::histogram_auto ? histogram_auto_reset_source
+                                                                         : histogram_reset_source));
     } else {
         module.define(std::string(is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source));
     }
@@ -215,7 +262,7 @@ inline ::torch::jit::Module module_with_spec_attributes(const std::string& name,
     module.register_attribute("eps", c10::FloatType::get(), double{default_eps});
     module.register_attribute("symmetric", c10::BoolType::get(), false);
     module.register_attribute("unsigned_dtype", c10::BoolType::get(), true);
-    if (is_moving_average(kind))
+    if (is_moving_average(kind) || kind == observer_kind::histogram_auto)
         module.register_attribute("averaging_constant", c10::FloatType::get(), double{default_averaging_constant});
     return module;
 }
@@ -223,7 +270,13 @@ inline ::torch::jit::Module module_with_spec_attributes(const std::string& name,
 // A module of class `name` with an observer's attributes and its kind's statistics buffers.
 inline ::torch::jit::Module observer_with_state(const std::string& name, observer_kind kind) {
     ::torch::jit::Module observer = module_with_spec_attributes(name, kind);
-    if (kind == observer_kind::histogram) {
+    if (kind == observer_kind::histogram_auto) {
+        for (const char* values : {"seen_min", "seen_max", "moving_min", "moving_max", "samples", "lowest", "highest"})
+            observer.register_buffer(values, ::torch::zeros({0}));
+        observer.register_buffer("sample_rate", ::torch::ones({}, ::torch::kLong));
+        observer.register_buffer("seen_count", ::torch::zeros({}, ::torch::kLong));
+    }
+    if (is_histogram(kind)) {
         observer.register_attribute("bins", c10::IntType::get(), std::int64_t{histogram_bins});
         observer.register_attribute("upsample_rate", c10::IntType::get(), std::int64_t{histogram_upsample_rate});
         observer.register_attribute("dst_nbins", c10::IntType::get(), std::int64_t{256});
@@ -254,6 +307,7 @@ template <::torch::jit::Module (*compile)(observer_kind), observer_kind... kinds
 const ::torch::jit::Module& prototype(observer_kind kind) {
     static const std::array<::torch::jit::Module, sizeof...(kinds)> prototypes = [] {
         register_observer_ops();
+        register_histogram_range_ops();
         return std::array<::torch::jit::Module, sizeof...(kinds)>{compile(kinds)...};
     }();
     std::size_t index = 0;
@@ -300,7 +354,8 @@ inline void write_spec(::torch::jit::Module& module, const quantization_spec& sp
     module.setattr("eps", double{spec.eps});
     module.setattr("symmetric", is_symmetric(spec.qscheme));
     module.setattr("unsigned_dtype", spec.dtype == dtype::uint8);
-    if (is_moving_average(spec.observer)) module.setattr("averaging_constant", double{spec.averaging_constant});
+    if (is_moving_average(spec.observer) || spec.observer == observer_kind::histogram_auto)
+        module.setattr("averaging_constant", double{spec.averaging_constant});
 }
 
 }  // namespace observer_detail
@@ -324,10 +379,11 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
     using enum observer_kind;
     ::torch::jit::Module observer =
         observer_detail::prototype<observer_detail::compile_prototype, min_max, moving_average_min_max, per_channel_min_max,
-                                   moving_average_per_channel_min_max, histogram, placeholder>(spec.observer)
+                                   moving_average_per_channel_min_max, histogram, histogram_percentile,
+                                   histogram_entropy, histogram_auto, placeholder>(spec.observer)
             .deepcopy();
     observer_detail::write_spec(observer, spec);
-    if (spec.observer == observer_kind::histogram)
+    if (is_histogram(spec.observer))
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
     return observer;
 }

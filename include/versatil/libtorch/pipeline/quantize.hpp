@@ -161,7 +161,8 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     quantization_report report;
     for (const target_info& target : quantizer.target_infos())
         report.targets.push_back({std::string(target.path), backend_shown(target),
-                                  target.is_exclude() ? "" : std::string(target.backend->options)});
+                                  target.is_exclude() ? "" : std::string(target.backend->options),
+                                  target.is_exclude() ? "" : calibration_shown(*target.backend)});
     report.engine = engine_name(lowered.plan.engine);
     report.adjustments = lowered.adjustments;
     report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";

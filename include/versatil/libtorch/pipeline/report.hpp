@@ -22,6 +22,9 @@ struct target_report {
     std::string path;
     std::string backend;  // "none" for an exclude
     std::string options;
+    // How its static activations were calibrated ("histogram (default)", "entropy"); empty when
+    // nothing was (dynamic, QAT, an exclude).
+    std::string calibration{};
 };
 
 // The model's output SQNR when this layer alone is quantized: the layer that loses the most
@@ -99,7 +102,8 @@ nlohmann::json value_or_null(const std::optional<T>& value) {
 inline nlohmann::json to_json(const quantization_report& report) {
     nlohmann::json targets = nlohmann::json::array();
     for (const target_report& t : report.targets)
-        targets.push_back({{"path", t.path}, {"backend", t.backend}, {"options", t.options}});
+        targets.push_back(
+            {{"path", t.path}, {"backend", t.backend}, {"options", t.options}, {"calibration", t.calibration}});
     nlohmann::json adjustments = nlohmann::json::array();
     for (const adjustment& a : report.adjustments)
         adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
@@ -175,7 +179,8 @@ inline std::string format_table(const quantization_report& report) {
     text += "targets\n";
     for (const target_report& t : report.targets) {
         const std::string spec = t.options.empty() ? t.backend : t.backend + ":" + t.options;
-        row(t.path.empty() ? "(whole model)" : t.path.c_str(), spec);
+        row(t.path.empty() ? "(whole model)" : t.path.c_str(),
+            t.calibration.empty() ? spec : spec + " (calibration: " + t.calibration + ")");
     }
     for (const adjustment& a : report.adjustments)
         row(("  " + (a.module_path.empty() ? std::string("(model)") : a.module_path)).c_str(), a.change);
