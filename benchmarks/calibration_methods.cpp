@@ -1,0 +1,99 @@
+// The calibration methods (the calibration option) on the benchmark models: output SQNR and top-1
+// on the held-out images per method, and the quantize time each takes, for the static
+// configurations of both backends (xnnpack also with per-tensor weights).
+//
+//   calibration_methods OUT.json [--steps N] [--repeats N]
+//
+// As run for RESULTS.md, from the repository root (benchmarks/run's release build directory):
+//   meson compile -C build-bench benchmarks/calibration_methods
+//   build-bench/benchmarks/calibration_methods benchmarks/results/calibration_methods.json
+//
+// The models are trained as torch_models and accuracy_steps train them (benchmark_models.hpp; one
+// thread), with the same calibration and evaluation images, so the runtime section's PyTorch
+// figures apply to the same weights (each model's float top-1 is recorded to check that).
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "benchmark_models.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+using namespace versatil::benchmarks;
+using json = nlohmann::json;
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: %s OUT.json [--steps N] [--repeats N]\n", argv[0]);
+        return 2;
+    }
+    const std::string out = argv[1];
+    std::int64_t steps = 300;
+    int repeats = 1;
+    for (int i = 2; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::stol(argv[++i]);
+        else if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::stoi(argv[++i]);
+    }
+    const std::vector<std::string> bases{"x86_inductor", "xnnpack", "xnnpack:per_tensor"};
+    // "" is the backend's default (histogram); naming histogram gives the same observers.
+    const std::vector<std::string> methods{"", "minmax", "moving_minmax", "percentile", "entropy", "auto"};
+    try {
+        at::set_num_threads(1);
+        const dataset train = load_fashion_mnist(fashion_mnist_split::train, train_images);
+        const dataset test = load_fashion_mnist(fashion_mnist_split::test, 2000);
+        const std::vector<batch> calibration = batches_of(calibration_images(train), calibration_batch);
+        const std::vector<batch> evaluation = batches_of(test.images, evaluation_batch);
+        std::string command = "build-bench/benchmarks/calibration_methods";
+        for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+        const std::time_t now = std::time(nullptr);
+        char date[32];
+        std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::gmtime(&now));
+        json results = {{"command", command}, {"date", date}, {"steps", steps}, {"repeats", repeats}};
+        for (const model_entry& entry : benchmark_models()) {
+            ::torch::jit::Module model = entry.build();
+            (void)train_model(model, entry, train, steps);
+            const model_outputs reference = run_batches(model, evaluation);
+            json model_json = {{"float_top1", top1_accuracy(reference, test.labels)}};
+            std::printf("%s (float top-1 %.2f %%)\n", entry.name.c_str(), 100 * model_json["float_top1"].get<double>());
+            const quantize_data data{calibration, evaluation, test.labels};
+            for (const std::string& base : bases)
+                for (const std::string& method : methods) {
+                    const std::string spec =
+                        method.empty() ? base : base + (base.find(':') == std::string::npos ? ":" : ",") + "calibration=" + method;
+                    const runtime_quantizer quantizer = whole_model(spec);
+                    std::vector<double> seconds;
+                    std::optional<lowered_model> lowered;
+                    for (int i = 0; i < repeats; ++i) {
+                        const auto start = std::chrono::steady_clock::now();
+                        lowered = quantize_model(model, quantizer, data, {.threads = 1, .per_layer = false, .progress = false});
+                        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                    }
+                    const engine_scope engine(engine_settings{lowered->plan.engine, 1, std::nullopt});
+                    const model_outputs quantized = run_batches(lowered->module.deepcopy(), evaluation);
+                    const json run = {{"spec", spec},
+                                      {"base", base},
+                                      {"method", method.empty() ? "histogram (default)" : method},
+                                      {"sqnr_db", compare_outputs(reference, quantized).overall.sqnr_db},
+                                      {"quantized_top1", top1_accuracy(quantized, test.labels)},
+                                      {"quantize_seconds", median(seconds)}};
+                    std::printf("  %-44s SQNR %6.2f dB  top-1 %.2f %%  quantize %.3f s\n", spec.c_str(),
+                                run["sqnr_db"].get<double>(), 100 * run["quantized_top1"].get<double>(),
+                                run["quantize_seconds"].get<double>());
+                    std::fflush(stdout);
+                    model_json["runs"].push_back(run);
+                }
+            results["models"][entry.name] = model_json;
+        }
+        std::ofstream(out) << results.dump(2) << '\n';
+        return 0;
+    } catch (const std::exception& failure) {
+        std::fprintf(stderr, "calibration_methods: %s\n", failure.what());
+        return 1;
+    }
+}
