@@ -143,14 +143,14 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 )JIT";
 
 // The calibration methods' range choices over the same histogram (histogram_ranges.hpp). The
-// auto observer also keeps a moving-average range, one of its candidates.
+// auto observer also keeps what its candidates and their errors need: the true and the
+// moving-average ranges, a sample of the values, the extreme values and their count.
 inline operator_method histogram_range_qparams_method(observer_kind kind) {
     if (kind == observer_kind::histogram_auto)
         return {"calculate_qparams", "versatil::histogram_auto_qparams", {},
                 {"self.min_val", "self.max_val", "self.histogram", "self.seen_min", "self.seen_max", "self.moving_min",
                  "self.moving_max", "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count",
-                 "self.dst_nbins",
-                 "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+                 "self.dst_nbins", "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
                 {}, 2};
     const auto method = kind == observer_kind::histogram_percentile ? observer_ops::histogram_method::percentile
                                                                      : observer_ops::histogram_method::entropy;
