@@ -25,7 +25,8 @@ inline std::vector<batch> shard_of(const std::vector<batch>& batches, int rank, 
 struct distributed_calibration {
     std::vector<std::int64_t> samples_per_rank;  // what each rank observed, indexed by rank
     double observe_seconds = 0.0;                // this rank's own batches
-    double merge_seconds = 0.0;                  // the exchanges (waiting for slower ranks included)
+    double wait_seconds = 0.0;                   // for the slowest rank to finish its batches
+    double merge_seconds = 0.0;                  // the exchanges of observer statistics
 };
 
 // Observes this rank's shard of `batches` (the same list on every rank), then merges.
@@ -42,10 +43,13 @@ inline distributed_calibration calibrate_distributed(prepared_model& prepared, c
     result.observe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::int64_t samples = 0;
     for (const batch& inputs : shard) samples += inputs.samples();
+    // The first exchange is also where fast ranks wait for slow ones: timed apart from the merge.
     const double before = group.communication_seconds();
     result.samples_per_rank = group.all_gather(samples, "calibration (waiting for the other ranks' batches)");
+    const double arrived = group.communication_seconds();
     merge_observer_statistics(prepared.module, group);
-    result.merge_seconds = group.communication_seconds() - before;
+    result.wait_seconds = arrived - before;
+    result.merge_seconds = group.communication_seconds() - arrived;
     return result;
 }
 
