@@ -2,7 +2,7 @@
 """versatil-quantize across processes on loopback, launched as torchrun would (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT): with 2 and 4 processes rank 0 alone writes the model
 and a report stating world_size and each rank's samples, with an output SQNR within 0.1 dB of
-one process's; a rank that never joins, or dies, makes the others fail with a
+one process's; a rank that never joins (rank 1, or rank 0 with the rendezvous), or dies, makes the others fail with a
 distributed_failure within the timeout and nothing written. Usage: check_distributed.py
 VERSATIL_QUANTIZE"""
 import json
@@ -83,6 +83,19 @@ with tempfile.TemporaryDirectory() as scratch:
     check(not any(directory.iterdir()), f"rank 1 never joined: rank 0 wrote {sorted(p.name for p in directory.iterdir())}")
     print(f"ok: rank 1 never joined; rank 0 stopped after {took:.1f} s: {stderr.strip().splitlines()[-1]}")
 
+    # Rank 0 never starts: rank 1 finds no rendezvous to join, gives up after the timeout.
+    directory = scratch / "no_master"
+    directory.mkdir()
+    began = time.monotonic()
+    orphan = start(1, 2, free_port(), directory, "--dist-timeout", "3")
+    _, stderr = orphan.communicate(timeout=120)
+    took = time.monotonic() - began
+    check(orphan.returncode == 2 and "distributed_failure" in stderr and "rank 1 of 2" in stderr,
+          f"rank 0 never started: rank 1 exit {orphan.returncode}\n{stderr}")
+    check(took < 30, f"rank 0 never started: rank 1 took {took:.1f} s to give up with a 3 s timeout")
+    check(not any(directory.iterdir()), f"rank 0 never started: rank 1 wrote {sorted(p.name for p in directory.iterdir())}")
+    print(f"ok: rank 0 never started; rank 1 stopped after {took:.1f} s: {stderr.strip().splitlines()[-1]}")
+
     # Rank 1 joins, then is killed: rank 0 stops within the timeout, names it, writes nothing.
     directory = scratch / "killed"
     directory.mkdir()
@@ -101,6 +114,28 @@ with tempfile.TemporaryDirectory() as scratch:
     check(took < 40, f"rank 1 killed: rank 0 took {took:.1f} s to stop with a 20 s timeout")
     check(not any(directory.iterdir()), f"rank 1 killed: wrote {sorted(p.name for p in directory.iterdir())}")
     print(f"ok: rank 1 killed; rank 0 stopped after {took:.1f} s: {stderr.strip().splitlines()[-1]}")
+
+    # Rank 1 joins, then hangs (SIGSTOP): rank 0 stops when the timeout runs out, writes nothing.
+    directory = scratch / "hung"
+    directory.mkdir()
+    port = free_port()
+    waiting = start(0, 2, port, directory, "--dist-timeout", "5")
+    hung = start(1, 2, port, directory, "--dist-timeout", "5")
+    line = hung.stderr.readline()
+    check("joined" in line, f"rank 1 did not report joining: {line!r}")
+    hung.send_signal(signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        _, stderr = waiting.communicate(timeout=120)
+    finally:
+        hung.send_signal(signal.SIGKILL)
+        hung.wait(timeout=60)
+    took = time.monotonic() - began
+    check(waiting.returncode == 2 and "distributed_failure" in stderr,
+          f"rank 1 hung: rank 0 exit {waiting.returncode}\n{stderr}")
+    check(took < 40, f"rank 1 hung: rank 0 took {took:.1f} s to stop with a 5 s timeout")
+    check(not any(directory.iterdir()), f"rank 1 hung: wrote {sorted(p.name for p in directory.iterdir())}")
+    print(f"ok: rank 1 hung; rank 0 stopped after {took:.1f} s: {stderr.strip().splitlines()[-1]}")
 
     # Malformed worlds are refused before anything runs.
     bad = subprocess.run([cli, "--WORLD_SIZE", "2", "--RANK", "2", "--MASTER_ADDR", "127.0.0.1", "--MASTER_PORT", "1"],
