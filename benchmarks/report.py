@@ -765,6 +765,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         import firmware as firmware_benchmark
         lines += firmware_benchmark.render(json.loads(firmware.read_text()))
+    scale_out = root / "benchmarks" / "results" / "scale_out.json"
+    if scale_out.exists():  # measured by benchmarks/scale_out.py, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        import scale_out as scale_out_benchmark
+        lines += scale_out_benchmark.render(json.loads(scale_out.read_text()))
     (root / "benchmarks" / "RESULTS.md").write_text("\n".join(lines).rstrip() + "\n")
 
 

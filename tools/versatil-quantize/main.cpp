@@ -5,6 +5,13 @@
 //                     [--out Q.pt] [--report R.json] [--export H.hpp [--export-namespace NAME]]
 //                     [--batch N] [--threads N]
 //                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer] [--verbose]
+//                     [--RANK R --WORLD_SIZE N --MASTER_ADDR HOST --MASTER_PORT PORT [--dist-timeout S]]
+//
+// With a world size above one (flags, or torchrun's variables of the same names), every
+// process runs the same command: each observes its share of the calibration batches, the
+// observers' statistics are merged over LibTorch's c10d (Gloo), and rank 0 alone converts,
+// measures and writes. A process that never joins or dies makes the others fail within the
+// timeout, writing nothing.
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
 // and prints the report. Targets with the qat option are trained first (on the data file's
@@ -30,6 +37,10 @@
 #include "versatil/libtorch/files/data_file.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/distributed/world.hpp"
+#ifdef USE_C10D_GLOO
+#include "versatil/libtorch/distributed/calibration.hpp"
+#endif
 
 namespace {
 
@@ -118,6 +129,14 @@ int main(int argc, char** argv) {
     app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
                    "QAT: stop moving quantization ranges after this many steps (default: never)");
+    world_flags world_given;
+    app.add_option("--RANK", world_given.rank, "this process's rank, 0 to WORLD_SIZE - 1 (default: $RANK)");
+    app.add_option("--WORLD_SIZE", world_given.world_size,
+                   "processes calibrating together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs");
+    app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)");
+    app.add_option("--MASTER_PORT", world_given.master_port, "a free TCP port on rank 0's host (default: $MASTER_PORT)");
+    app.add_option("--dist-timeout", world_given.timeout_seconds,
+                   "seconds to wait for the other processes to join or answer before failing (default 300)");
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
     app.set_version_flag("--version", version_text, "print versatil's version, LibTorch's and its quantized engines");
     CLI11_PARSE(app, argc, argv);
@@ -141,6 +160,11 @@ int main(int argc, char** argv) {
             refuse_input_as_output(*export_path, model_path);
         }
 
+        const world_config world = world_from(world_given);
+        if (world.is_distributed() && quantizer->is_qat())
+            throw error(error_kind::invalid_argument,
+                        "QAT across processes is not supported yet; train with one process (WORLD_SIZE=1)");
+
         inputs in = model_path ? from_files(*model_path, data_path) : embedded_default();
         if (model_path && in.data.calibration.empty() && in.data.evaluation.empty())
             throw error(error_kind::no_calibration_data,
@@ -156,9 +180,37 @@ int main(int argc, char** argv) {
             in.data.train_inputs = inputs;
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
-        quantization_result result =
-            quantize(in.model, *quantizer, in.data,
-                     {.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat});
+        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat};
+#ifdef USE_C10D_GLOO
+        std::optional<process_group> group = process_group::join(world);
+        if (group)
+            std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
+                         world.master_addr.c_str(), static_cast<unsigned>(world.master_port));
+        distributed_calibration calibrated;
+        if (group)
+            options.calibrate_with = [&](prepared_model& prepared, const std::vector<libtorch::batch>& batches) {
+                calibrated = calibrate_distributed(prepared, batches, *group, {.progress = world.writes_outputs()});
+            };
+        if (!world.writes_outputs()) {
+            calibrate_only(in.model, *quantizer, in.data, options);
+            std::printf("versatil-quantize: %s observed %lld calibration samples; rank 0 converts and writes\n",
+                        describe(world).c_str(),
+                        static_cast<long long>(calibrated.samples_per_rank.at(static_cast<std::size_t>(world.rank))));
+            return 0;
+        }
+#else
+        if (world.is_distributed())
+            throw error(error_kind::invalid_argument,
+                        "this versatil-quantize was built without LibTorch's Gloo process group (libgloo-dev); "
+                        "run it with WORLD_SIZE=1");
+#endif
+        quantization_result result = quantize(in.model, *quantizer, in.data, options);
+#ifdef USE_C10D_GLOO
+        if (group) {
+            result.report.world_size = world.size;
+            result.report.samples_per_rank = calibrated.samples_per_rank;
+        }
+#endif
         std::optional<firmware_export> exported;
         if (export_path) {
             exported = export_firmware(in.model, result.model,

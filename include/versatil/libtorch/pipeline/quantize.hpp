@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -36,6 +37,10 @@ struct quantize_options {
     bool per_layer = true;        // per-layer SQNR (one extra quantization per layer; not for QAT)
     bool progress = true;
     qat_options qat{};            // QAT targets: how to train
+    // Calibrates in place of calibrate(prepared, batches) when set: distributed calibration
+    // (libtorch/distributed/calibration.hpp) observes a shard and merges across processes.
+    // The per-layer analysis calibrates alone, without it.
+    std::function<void(prepared_model&, const std::vector<batch>&)> calibrate_with{};
 };
 
 struct quantization_result {
@@ -64,6 +69,8 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
         qat_options qat = options.qat;
         qat.progress = qat.progress && options.progress;
         training = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+    } else if (options.calibrate_with) {
+        options.calibrate_with(prepared, data.calibration);
     } else {
         calibrate(prepared, data.calibration, {options.progress});
     }
@@ -231,6 +238,11 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
 
     quantization_report report = measure(model, done.model, conformed, options);
     report.quantize_seconds = seconds;
+    if (!quantizer.is_qat()) {
+        std::int64_t samples = 0;
+        for (const batch& inputs : conformed.calibration) samples += inputs.samples();
+        report.samples_per_rank = {samples};  // distributed calibration replaces it with each rank's
+    }
     report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
     if (done.training) {
         report.qat_steps = static_cast<std::int64_t>(done.training->training.losses.size());
@@ -238,6 +250,22 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
         report.qat_final_loss = done.training->training.final_loss;
     }
     return {std::move(done.model), std::move(report)};
+}
+
+// Prepares and calibrates as quantize does, and stops there: for a process that only
+// contributes observer statistics (options.calibrate_with) to another that converts, measures
+// and writes (distributed calibration's ranks other than 0).
+inline void calibrate_only(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                           const quantize_data& data, const quantize_options& options) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    std::vector<batch> calibration = data.calibration;
+    std::vector<adjustment> notes;
+    detail::conform_input_types(model, calibration, "calibration data", notes);
+    prepared_model prepared = prepare(model, plan_for(quantizer));
+    if (options.calibrate_with)
+        options.calibrate_with(prepared, calibration);
+    else
+        calibrate(prepared, calibration, {options.progress});
 }
 
 template <class... Targets>

@@ -83,6 +83,10 @@ struct quantization_report {
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
     std::optional<firmware_report> firmware;  // set when the model was exported as firmware
+    // Calibration across processes (libtorch/distributed/): how many took part, and the
+    // calibration samples each rank observed (one entry, all samples, for one process).
+    int world_size = 1;
+    std::vector<std::int64_t> samples_per_rank;
 
     double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
     double speedup() const { return float_ms / quantized_ms; }
@@ -159,6 +163,8 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"float_accuracy", detail::value_or_null(report.float_accuracy)},
         {"quantized_accuracy", detail::value_or_null(report.quantized_accuracy)},
         {"firmware", firmware},
+        {"world_size", report.world_size},
+        {"samples_per_rank", report.samples_per_rank},
     };
     return json;
 }
@@ -204,6 +210,11 @@ inline std::string format_table(const quantization_report& report) {
                        number("%.2fx", report.speedup()) + ", batch " + std::to_string(report.batch_size) + ", " +
                        std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
     row("quantize time", number("%.3f s", report.quantize_seconds));
+    if (report.world_size > 1) {
+        std::string samples;
+        for (const std::int64_t count : report.samples_per_rank) samples += (samples.empty() ? "" : " / ") + std::to_string(count);
+        row("processes", std::to_string(report.world_size) + " (calibration samples per rank: " + samples + ")");
+    }
     if (report.qat_steps)
         row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
                                 ", final loss " + number("%.4f", *report.qat_final_loss));
