@@ -169,33 +169,53 @@ TEST_CASE("a rank's own min-max observer differs from all data's, so the merge i
 // held to what is well defined: the merged SQNR is within 0.1 dB of the range one process
 // reaches over several orders of the same batches (natural, reversed, and rank by rank as 2, 3,
 // 4 and 8 processes deal them); the model-level test below compares with the natural order.
+// The percentile and entropy observers keep the same histogram and choose another range from
+// it, so they merge the same way and are held to the same bound.
 TEST_CASE("histogram observers merged across ranks give qparams within 0.1 dB SQNR of one process's") {
     process_group& world = group();
     const std::vector<at::Tensor> values = activations();
-    ::torch::jit::Module reference = observed(observer_kind::histogram, values, 0, 1);
-    ::torch::jit::Module merged = observed(observer_kind::histogram, values, world.rank(), world.size());
-    merge_observer_statistics(merged, world);
-    CHECK(at::equal(merged.attr("min_val").toTensor(), reference.attr("min_val").toTensor()));
-    // Every sample counted once: the merged histogram holds as many as one process's.
-    CHECK(merged.attr("histogram").toTensor().sum().item<double>() ==
-          doctest::Approx(reference.attr("histogram").toTensor().sum().item<double>()).epsilon(1e-6));
-    const double merged_sqnr = sqnr_with(values, qparams_of(merged));
-    std::vector<double> one_process{sqnr_with(values, qparams_of(reference))};
-    std::vector<at::Tensor> reversed(values.rbegin(), values.rend());
-    ::torch::jit::Module reversed_observer = observed(observer_kind::histogram, reversed, 0, 1);
-    one_process.push_back(sqnr_with(values, qparams_of(reversed_observer)));
-    for (const std::size_t ranks : {2, 3, 4, 8}) {
-        std::vector<at::Tensor> rank_by_rank;
-        for (std::size_t rank = 0; rank < ranks; ++rank)
-            for (std::size_t i = rank; i < values.size(); i += ranks) rank_by_rank.push_back(values[i]);
-        ::torch::jit::Module observer = observed(observer_kind::histogram, rank_by_rank, 0, 1);
-        one_process.push_back(sqnr_with(values, qparams_of(observer)));
+    for (const observer_kind kind :
+         {observer_kind::histogram, observer_kind::histogram_percentile, observer_kind::histogram_entropy}) {
+        INFO("observer ", observer_detail::class_name(kind));
+        ::torch::jit::Module reference = observed(kind, values, 0, 1);
+        ::torch::jit::Module merged = observed(kind, values, world.rank(), world.size());
+        merge_observer_statistics(merged, world);
+        CHECK(at::equal(merged.attr("min_val").toTensor(), reference.attr("min_val").toTensor()));
+        // Every sample counted once: the merged histogram holds as many as one process's.
+        CHECK(merged.attr("histogram").toTensor().sum().item<double>() ==
+              doctest::Approx(reference.attr("histogram").toTensor().sum().item<double>()).epsilon(1e-6));
+        const double merged_sqnr = sqnr_with(values, qparams_of(merged));
+        std::vector<double> one_process{sqnr_with(values, qparams_of(reference))};
+        std::vector<at::Tensor> reversed(values.rbegin(), values.rend());
+        ::torch::jit::Module reversed_observer = observed(kind, reversed, 0, 1);
+        one_process.push_back(sqnr_with(values, qparams_of(reversed_observer)));
+        for (const std::size_t ranks : {2, 3, 4, 8}) {
+            std::vector<at::Tensor> rank_by_rank;
+            for (std::size_t rank = 0; rank < ranks; ++rank)
+                for (std::size_t i = rank; i < values.size(); i += ranks) rank_by_rank.push_back(values[i]);
+            ::torch::jit::Module observer = observed(kind, rank_by_rank, 0, 1);
+            one_process.push_back(sqnr_with(values, qparams_of(observer)));
+        }
+        const auto [lowest, highest] = std::minmax_element(one_process.begin(), one_process.end());
+        MESSAGE("merged across ", world.size(), " ranks: SQNR ", merged_sqnr, " dB; one process, by batch order: ", *lowest,
+                " to ", *highest, " dB (natural order ", one_process.front(), " dB)");
+        CHECK(merged_sqnr >= *lowest - 0.1);
+        CHECK(merged_sqnr <= *highest + 0.1);
     }
-    const auto [lowest, highest] = std::minmax_element(one_process.begin(), one_process.end());
-    MESSAGE("merged across ", world.size(), " ranks: SQNR ", merged_sqnr, " dB; one process, by batch order: ", *lowest,
-            " to ", *highest, " dB (natural order ", one_process.front(), " dB)");
-    CHECK(merged_sqnr >= *lowest - 0.1);
-    CHECK(merged_sqnr <= *highest + 0.1);
+}
+
+TEST_CASE("the auto observer is refused across ranks: its candidates depend on each rank's own values") {
+    process_group& world = group();
+    ::torch::jit::Module observer = observed(observer_kind::histogram_auto, activations(), world.rank(), world.size());
+    // Every rank refuses before its first exchange, so none waits for another.
+    std::string message = "no error";
+    try {
+        merge_observer_statistics(observer, world);
+    } catch (const error& failure) {
+        message = failure.what();
+    }
+    CHECK(message.find("HistogramAutoObserver") != std::string::npos);
+    CHECK(message.find("has no merge across processes") != std::string::npos);
 }
 
 TEST_CASE("a whole model calibrated across ranks quantizes as one process does (x86_inductor, histograms)") {

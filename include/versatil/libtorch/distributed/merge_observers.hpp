@@ -3,13 +3,15 @@
 //
 // - MinMaxObserver and PerChannelMinMaxObserver: the running min / max all-reduced with MIN /
 //   MAX. Min and max are exact and order-free, so the result is bit for bit that of one process.
-// - HistogramObserver, in two phases: first the ranks agree on the global range (MIN of the
+// - HistogramObserver, and the percentile and entropy observers, which keep the same histogram
+//   and choose another range from it, in two phases: first the ranks agree on the global range (MIN of the
 //   mins, MAX of the maxes), then each rank spreads its histogram over the common bins of that
 //   range and the bins are summed. Spreading assumes values are uniform inside a bin, which is
 //   what one process's observer assumes too each time a batch widens its range (it resamples its
 //   old histogram onto the wider grid). Counts are summed in float64 and rounded once to float32.
 // - Moving-average observers depend on the order batches arrive in, so no merge equals one
-//   process: refused, naming the observer.
+//   process: refused, naming the observer. So is the auto observer, whose candidates include a
+//   moving-average range and whose errors are measured on a sample of each rank's own values.
 //
 // Every rank must call this on a model prepared the same way (same observers in the same
 // order), after observing its own batches. Observers that saw nothing on a rank (inf / -inf,
@@ -32,6 +34,12 @@ namespace versatil::libtorch {
 
 namespace merge_detail {
 
+// Kinds whose statistics are min_val, max_val and HistogramObserver's histogram.
+constexpr bool merges_as_histogram(observer_kind kind) {
+    return kind == observer_kind::histogram || kind == observer_kind::histogram_percentile ||
+           kind == observer_kind::histogram_entropy;
+}
+
 struct found_observer {
     std::string path;
     ::torch::jit::Module module;
@@ -47,7 +55,8 @@ inline std::vector<found_observer> observers_of(const ::torch::jit::Module& mode
         if (!name.starts_with("__torch__.versatil.observers.")) continue;
         bool known = false;
         for (const observer_kind kind : {min_max, moving_average_min_max, per_channel_min_max,
-                                         moving_average_per_channel_min_max, histogram, placeholder}) {
+                                         moving_average_per_channel_min_max, histogram, histogram_percentile,
+                                         histogram_entropy, placeholder}) {
             if (name != observer_detail::class_name(kind)) continue;
             if (kind == moving_average_min_max || kind == moving_average_per_channel_min_max)
                 throw error(error_kind::invalid_argument,
@@ -157,7 +166,7 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
     std::int64_t histogram_total = 0;
     for (const auto& observer : observers) {
         histogram_offsets.push_back(histogram_total);
-        if (observer.kind == observer_kind::histogram) histogram_total += buffer(observer.module, "histogram").numel();
+        if (merge_detail::merges_as_histogram(observer.kind)) histogram_total += buffer(observer.module, "histogram").numel();
     }
     at::Tensor histograms = at::zeros({histogram_total}, at::kDouble);
     std::int64_t offset = 0;
@@ -166,7 +175,7 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
         const at::Tensor global_min = all_mins.slice(0, offset, offset + size);
         const at::Tensor global_max = all_maxs.slice(0, offset, offset + size);
         offset += size;
-        if (observers[i].kind != observer_kind::histogram) continue;
+        if (!merge_detail::merges_as_histogram(observers[i].kind)) continue;
         const float low = global_min.item<float>();
         const float high = global_max.item<float>();
         const float local_low = mins[i].item<float>();
@@ -192,7 +201,7 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
             min_val = min_val.reshape({});
             max_val = max_val.reshape({});
         }
-        if (observers[i].kind == observer_kind::histogram) {
+        if (merge_detail::merges_as_histogram(observers[i].kind)) {
             const float low = min_val.item<float>();
             const float high = max_val.item<float>();
             // One value everywhere, or nothing anywhere: the observer keeps its own histogram,

@@ -33,8 +33,8 @@ struct world_config {
 // Values given on the command line; an empty one falls back to the environment variable of
 // the same name.
 struct world_flags {
-    std::optional<std::string> rank, world_size, master_addr, master_port;
-    std::optional<double> timeout_seconds;
+    std::optional<std::string> rank{}, world_size{}, master_addr{}, master_port{};  // {}: designated initializers may leave any out
+    std::optional<double> timeout_seconds{};
 };
 
 namespace detail {
