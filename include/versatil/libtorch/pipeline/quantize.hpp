@@ -12,12 +12,14 @@
 
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/libtorch/pipeline/convert.hpp"
+#include "versatil/libtorch/pipeline/dynamic.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/lower.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
 #include "versatil/libtorch/pipeline/qat.hpp"
 #include "versatil/libtorch/pipeline/report.hpp"
+#include "versatil/libtorch/pipeline/sensitivity.hpp"
 #include "versatil/libtorch/pipeline/target_spec.hpp"
 
 namespace versatil::libtorch {
@@ -33,9 +35,12 @@ struct quantize_data {
 struct quantize_options {
     std::int64_t batch_size = 1;  // for latency
     int threads = 1;              // for latency and lowering
-    bool per_layer = true;        // per-layer SQNR (one extra quantization per layer; not for QAT)
+    bool per_layer = true;        // per-layer SQNR (one evaluation pass per layer; not for QAT)
     bool progress = true;
     qat_options qat{};            // QAT targets: how to train
+    // Evaluation samples the per-layer analysis runs on (0: all). Last, so that positional
+    // initialisers written before it still mean what they meant.
+    std::int64_t per_layer_samples = 0;
 };
 
 struct quantization_result {
@@ -48,11 +53,18 @@ namespace detail {
 struct quantized {
     lowered_model model;
     std::optional<qat_result> training;  // QAT targets: what training did
+    std::optional<converted_model> converted;  // post-training: what lower() lowered (per-layer analysis)
 };
 
-// prepare, calibrate (or train, for QAT targets), convert and lower.
+// prepare, calibrate (or train, for QAT targets), convert and lower; dynamic targets straight
+// into the lowered module where the direct path covers the model (dynamic.hpp).
 inline quantized run_stages(const ::torch::jit::Module& model, const quantization_plan& plan, const quantize_data& data,
                             const quantize_options& options) {
+    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
+    if (!data.calibration.empty()) lowering.sample = data.calibration.front();
+    else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
+    if (std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering))
+        return {std::move(*direct), std::nullopt, std::nullopt};
     prepared_model prepared = prepare(model, plan);
     std::optional<qat_result> training;
     if (plan.quantizer.is_qat()) {
@@ -66,10 +78,31 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
     } else {
         calibrate(prepared, data.calibration, {options.progress});
     }
-    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
-    if (!data.calibration.empty()) lowering.sample = data.calibration.front();
-    else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
-    return {lower(convert(prepared), lowering), std::move(training)};
+    converted_model converted = convert(prepared);
+    lowered_model lowered = lower(converted, lowering);
+    if (training) return {std::move(lowered), std::move(training), std::nullopt};
+    return {std::move(lowered), std::nullopt, std::move(converted)};
+}
+
+// Output SQNR against the float `model` on `evaluation` with only each of `layers` quantized,
+// worst first, for dynamic targets: each layer alone through run_stages (the direct path where
+// it covers the model: a few weights quantized and packed, no calibration), then one
+// evaluation pass.
+inline std::vector<layer_sqnr> per_layer_sqnr_dynamic(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                                      const std::vector<std::string>& layers,
+                                                      const std::vector<batch>& evaluation, int threads) {
+    const model_outputs reference = run_batches(model, evaluation);
+    std::vector<layer_sqnr> result;
+    for (const std::string& layer : layers) {
+        auto alone = runtime_quantizer::compose({{layer, quantizer.quantizer_for(layer)->backend}});
+        if (!alone) throw error(error_kind::invalid_argument, alone.error().message);
+        const lowered_model lowered =
+            run_stages(model, plan_for(*alone), {}, {.threads = threads, .per_layer = false, .progress = false}).model;
+        const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
+        result.push_back({layer, compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db});
+    }
+    std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    return result;
 }
 
 // `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
@@ -117,27 +150,6 @@ inline void conform_input_types(const ::torch::jit::Module& model, std::vector<b
     for (const std::string& note : noted) notes.push_back({"", note});
 }
 
-inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                              const quantize_data& data, const model_outputs& reference,
-                                              const std::vector<batch>& evaluation, int threads) {
-    std::vector<layer_sqnr> layers;
-    const std::size_t calibration_batches = std::min<std::size_t>(data.calibration.size(), 8);
-    quantize_data subset;
-    subset.calibration.assign(data.calibration.begin(),
-                              data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
-    for (const auto& item : model.named_modules()) {
-        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
-        if (!applies || item.name.empty() || !calls_op(item.value, quantizable_op_test(quantizer.is_dynamic()))) continue;
-        auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
-        const lowered_model lowered =
-            run_stages(model, plan_for(*alone), subset, {.threads = threads, .per_layer = false, .progress = false}).model;
-        const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
-        layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db});
-    }
-    std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
-    return layers;
-}
-
 }  // namespace detail
 
 // prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
@@ -148,12 +160,13 @@ inline lowered_model quantize_model(const ::torch::jit::Module& model, const run
     return detail::run_stages(model, plan_for(quantizer), data, options).model;
 }
 
-// The report's measurements of any lowered model against the float `model` it came from, on
-// `data`'s evaluation batches (its calibration batches when it has none): outputs, op counts,
-// size, latency, top-1 with labels, and per-layer SQNR when options.per_layer is set.
+namespace detail {
+
+// measure(), with the converted model the per-layer analysis starts from when the caller has
+// it (quantize() does; otherwise the model is prepared, calibrated and converted here, once).
 inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
-                                   const quantize_data& data, const quantize_options& options = {}) {
-    const std::lock_guard serialized(detail::libtorch_state_mutex());
+                                   const quantize_data& data, const quantize_options& options,
+                                   const converted_model* converted) {
     const runtime_quantizer& quantizer = lowered.plan.quantizer;
     quantization_report report;
     for (const target_info& target : quantizer.target_infos())
@@ -206,11 +219,38 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     report.float_ms = median_latency_ms(float_model, timing);
     report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
 
-    // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
-    // per layer, so it is left to post-training runs.
-    if (options.per_layer && !quantizer.is_qat())
-        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
+    // Per-layer analysis: static targets quantize each layer alone in the converted model of the
+    // one calibration (sensitivity.hpp); dynamic ones need no calibration and are quantized
+    // layer by layer by the direct path. QAT has nothing to start from before training (it would
+    // mean training once per layer), so it is left to post-training runs.
+    if (options.per_layer && !quantizer.is_qat()) {
+        const std::vector<batch> samples = first_samples(evaluation, options.per_layer_samples);
+        const std::vector<std::string> layers = analysed_layers(float_model, quantizer);
+        if (quantizer.is_dynamic()) {
+            report.per_layer = per_layer_sqnr_dynamic(float_model, quantizer, layers, samples, options.threads);
+        } else {
+            std::optional<converted_model> own;
+            if (!converted) {
+                prepared_model prepared = prepare(model, lowered.plan);
+                calibrate(prepared, data.calibration, {false});
+                converted = &own.emplace(convert(prepared));
+            }
+            report.per_layer = per_layer_sqnr(float_model, converted->module, lowered.plan.quant_type, layers, samples);
+        }
+        for (const batch& inputs : samples) report.per_layer_samples += inputs.samples();
+    }
     return report;
+}
+
+}  // namespace detail
+
+// The report's measurements of any lowered model against the float `model` it came from, on
+// `data`'s evaluation batches (its calibration batches when it has none): outputs, op counts,
+// size, latency, top-1 with labels, and per-layer SQNR when options.per_layer is set.
+inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
+                                   const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    return detail::measure(model, lowered, data, options, nullptr);
 }
 
 // Quantizes and measures. Calls from several threads take turns (engine.hpp).
@@ -225,7 +265,8 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     detail::quantized done = detail::run_stages(model, plan_for(quantizer), conformed, options);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-    quantization_report report = measure(model, done.model, conformed, options);
+    quantization_report report =
+        detail::measure(model, done.model, conformed, options, done.converted ? &*done.converted : nullptr);
     report.quantize_seconds = seconds;
     report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
     if (done.training) {
