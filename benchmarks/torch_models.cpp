@@ -47,18 +47,15 @@ void write_pickle(const c10::IValue& value, const fs::path& path) {
     if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-// prepare, calibrate, convert and lower: the steps quantize() runs before it measures anything.
+// What quantize() runs before it measures anything: prepare, calibrate, convert and lower, or
+// for dynamic targets the direct path (dynamic.hpp).
 lowered_model quantize_steps(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                              const std::vector<batch>& calibration) {
-    prepared_model prepared = prepare(model, quantizer);
-    calibrate(prepared, calibration, {false});
-    lowering_options lowering;
-    if (!calibration.empty()) lowering.sample = calibration.front();
-    lowering.threads = 1;
-    return lower(convert(prepared), lowering);
+    return quantize_model(model, quantizer, quantize_data{calibration, {}, std::nullopt},
+                          {.threads = 1, .per_layer = false, .progress = false});
 }
 
-// Median seconds of prepare + calibrate + convert + lower over `quantize_repeats` runs.
+// Median seconds of quantize_steps over `quantize_repeats` runs.
 double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                         const std::vector<batch>& calibration) {
     std::vector<double> seconds;
@@ -70,13 +67,35 @@ double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantiz
     return median(seconds);
 }
 
-// One more quantization, timed phase by phase: where the quantize time goes.
+// One more quantization, timed phase by phase: where the quantize time goes. The direct dynamic
+// path has no prepare, calibrate or convert: its whole time is under "lower". "per_layer" is the
+// per-layer analysis quantize() runs after on `evaluation` (static: from the converted model;
+// dynamic, and static layers behind a value-changing op: each layer quantized alone).
 json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                   const std::vector<batch>& calibration) {
+                   const std::vector<batch>& calibration, const std::vector<batch>& evaluation) {
     using clock = std::chrono::steady_clock;
     const auto since = [](clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); };
+    const quantization_plan plan = plan_for(quantizer);
+    lowering_options lowering;
+    if (!calibration.empty()) lowering.sample = calibration.front();
+    lowering.threads = 1;
+    const auto per_layer = [&](const ::torch::jit::Module* converted) {
+        return libtorch::detail::per_layer_sqnr(model, quantizer, converted, calibration, evaluation, 1);
+    };
     auto start = clock::now();
-    prepared_model prepared = prepare(model, quantizer);
+    if (const std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering)) {
+        const double lower_s = since(start);
+        start = clock::now();
+        json phases = {{"prepare", 0.0}, {"calibrate", 0.0}, {"convert", 0.0}, {"lower", lower_s}};
+        try {
+            (void)per_layer(nullptr);
+            phases["per_layer"] = since(start);
+        } catch (const std::exception&) {
+            // as in cli_seconds: the per-layer analysis alone fails (recorded there)
+        }
+        return phases;
+    }
+    prepared_model prepared = prepare(model, plan);
     const double prepare_s = since(start);
     start = clock::now();
     calibrate(prepared, calibration, {false});
@@ -85,11 +104,28 @@ json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& q
     const converted_model converted = convert(prepared);
     const double convert_s = since(start);
     start = clock::now();
-    lowering_options lowering;
-    if (!calibration.empty()) lowering.sample = calibration.front();
-    lowering.threads = 1;
     const lowered_model lowered = lower(converted, lowering);
-    return {{"prepare", prepare_s}, {"calibrate", calibrate_s}, {"convert", convert_s}, {"lower", since(start)}};
+    const double lower_s = since(start);
+    start = clock::now();
+    (void)per_layer(&converted.module);
+    return {{"prepare", prepare_s}, {"calibrate", calibrate_s}, {"convert", convert_s}, {"lower", lower_s},
+            {"per_layer", since(start)}};
+}
+
+// quantize() as versatil-quantize calls it on the same data, with and without the per-layer
+// analysis (the CLI's default against --no-per-layer), and with the analysis on the first 256
+// evaluation samples (--per-layer-samples 256); median seconds of `quantize_repeats`, interleaved.
+json cli_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer, const quantize_data& data) {
+    std::vector<double> with, without, capped;
+    for (int i = 0; i < quantize_repeats; ++i)
+        for (std::vector<double>* times : {&with, &without, &capped}) {
+            quantize_options options{.threads = 1, .per_layer = times != &without, .progress = false};
+            if (times == &capped) options.per_layer_samples = 256;
+            const auto start = std::chrono::steady_clock::now();
+            (void)quantize(model, quantizer, data, options);
+            times->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+    return {{"default", median(with)}, {"no_per_layer", median(without)}, {"per_layer_samples_256", median(capped)}};
 }
 
 bool is_quantize_node(std::string_view kind) { return kind == "aten::quantize_per_tensor"; }
@@ -245,7 +281,14 @@ int main(int argc, char** argv) {
                     run["quantized_bytes"] = report.quantized_bytes;
                     run["quantize_seconds_first"] = report.quantize_seconds;
                     run["quantize_seconds"] = quantize_seconds(model, quantizer, calib_used);
-                    run["phases"] = phase_seconds(model, quantizer, calib_used);
+                    run["phases"] = phase_seconds(model, quantizer, calib_used, evaluation);
+                    // The per-layer analysis can fail where the rest does not (transformer_encoder under
+                    // xnnpack:dynamic: LibTorch throws for q_proj quantized alone); recorded, not fatal.
+                    try {
+                        run["cli_seconds"] = cli_seconds(model, quantizer, quantize_data{calib_used, evaluation, test.labels});
+                    } catch (const std::exception& failure) {
+                        run["cli_error"] = one_line(failure);
+                    }
                     // For peer.py, which times it in its own harness too (the same loop for both models).
                     result.model.module.save(
                         (out / entry.name / ("versatil_" + backend + "_" + (dynamic ? "dynamic" : "static") + ".pt"))

@@ -293,6 +293,13 @@ TEST_CASE("linear -> relu -> linear chains equalize too, for static, dynamic and
     }
     for (const std::string spec : {"xnnpack:dynamic,per_tensor", "xnnpack:dynamic,per_tensor,cle"})
         MESSAGE(spec << ": SQNR " << quantize_with(t, spec).sqnr_db << " dB");
+    // Dynamic targets skip prepare where the direct path covers the model (dynamic.hpp): it
+    // equalizes too, and says so.
+    const std::optional<lowered_model> direct =
+        lower_dynamic_directly(t.model, plan_for(whole_model("xnnpack:dynamic,per_tensor,cle")));
+    REQUIRE(direct.has_value());
+    REQUIRE(!direct->adjustments.empty());
+    CHECK(direct->adjustments.front().change.starts_with("cle: weight ranges equalized along layers.0 -> layers.2"));
 }
 
 TEST_CASE("links pass through relu and pooling, not through flatten, and keep the float outputs") {

@@ -4,7 +4,8 @@
 //   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
 //                     [--out Q.pt] [--report R.json] [--export H.hpp [--export-namespace NAME]]
 //                     [--batch N] [--threads N]
-//                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer] [--verbose]
+//                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer]
+//                     [--per-layer-samples N] [--verbose]
 //                     [--RANK R --WORLD_SIZE N --MASTER_ADDR HOST --MASTER_PORT PORT [--dist-timeout S]]
 //
 // With a world size above one (flags, or torchrun's variables of the same names), every
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
     std::int64_t batch = 1;
     int threads = 1;
     bool per_layer = true;
+    std::int64_t per_layer_samples = quantize_options{}.per_layer_samples;
     bool verbose = false;
     qat_options qat;
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
@@ -124,7 +126,10 @@ int main(int argc, char** argv) {
         app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat)")
             ->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
-    app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one extra quantization per layer)");
+    app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
+    app.add_option("--per-layer-samples", per_layer_samples,
+                   "evaluation samples the per-layer analysis runs on (default 0: all)")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
     app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
@@ -180,7 +185,8 @@ int main(int argc, char** argv) {
             in.data.train_inputs = inputs;
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
-        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat};
+        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat,
+                                 .per_layer_samples = per_layer_samples};
 #ifdef USE_C10D_GLOO
         std::optional<process_group> group = process_group::join(world);
         if (group)

@@ -67,6 +67,7 @@ struct quantization_report {
     double sqnr_db = 0.0;                 // over all outputs together
     std::vector<output_comparison> outputs;  // each output's own, for models returning several
     std::vector<layer_sqnr> per_layer;
+    std::int64_t per_layer_samples = 0;   // the evaluation samples the per-layer SQNRs are measured on
 
     std::int64_t float_bytes = 0;
     std::int64_t quantized_bytes = 0;
@@ -148,6 +149,7 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"sqnr_db", detail::finite_or_null(report.sqnr_db)},
         {"outputs", outputs},
         {"per_layer", per_layer},
+        {"per_layer_samples", report.per_layer_samples},
         {"float_bytes", report.float_bytes},
         {"quantized_bytes", report.quantized_bytes},
         {"compression_ratio", report.compression_ratio()},
@@ -232,7 +234,8 @@ inline std::string format_table(const quantization_report& report) {
                                        std::to_string(f->compared_elements) + " int8 outputs differ");
     }
     if (!report.per_layer.empty()) {
-        text += "per layer (output SQNR with only that layer quantized, worst first)\n";
+        text += "per layer (output SQNR with only that layer quantized, worst first; " +
+                std::to_string(report.per_layer_samples) + " samples)\n";
         for (const layer_sqnr& layer : report.per_layer) row(layer.name.c_str(), sqnr(layer.sqnr_db));
     }
     return text;
