@@ -11,6 +11,7 @@
 #include "versatil/libtorch/files/cleanup_on_signals.hpp"
 #include "versatil/libtorch/files/output_file.hpp"
 #include "versatil/libtorch/files/save.hpp"
+#include "versatil/libtorch/pipeline/accuracy_target.hpp"
 #include "versatil/libtorch/pipeline/batch.hpp"
 #include "versatil/libtorch/pipeline/bias_correction.hpp"
 #include "versatil/libtorch/pipeline/calibrate.hpp"

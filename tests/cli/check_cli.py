@@ -101,6 +101,18 @@ with tempfile.TemporaryDirectory() as scratch:
     if fm["quantized_ops"] != fm["quantizable_ops"] or fm["quantizable_ops"] == 0:
         failures.append(f"Fashion-MNIST run left ops in float: {fm['quantized_ops']}/{fm['quantizable_ops']}")
 
+    # An accuracy target (embedded default, x86_inductor): one already met keeps nothing in float
+    # and says so; one no step can meet exits 2 naming it and writes nothing.
+    run("--min-sqnr", "0", "--report", d / "target.json", expect_text="accuracy target (SQNR >= 0.00 dB)")
+    target = json.loads((d / "target.json").read_text())
+    if target["accuracy_target"] != "SQNR >= 0.00 dB" or target["kept_in_float"] != [] \
+            or [step["met"] for step in target["target_steps"]] != [True]:
+        failures.append(f"a met target's report: {target['accuracy_target']}, {target['target_steps']}")
+    run("--min-sqnr", "200", "--out", d / "unmet.pt", "--report", d / "unmet.json", expect_status=2,
+        expect_text="SQNR >= 200.00 dB is not met even with ")
+    if (d / "unmet.pt").exists() or (d / "unmet.json").exists():
+        failures.append("an unmet accuracy target left output behind")
+
     # Bad input: exit 2, a message naming the problem, nothing written, inputs untouched.
     run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
     run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")

@@ -361,3 +361,72 @@ torch.jit.script(model.eval()).save(sys.argv[1])
     const at::Tensor output = prepared.module.forward({images}).toTensor();
     CHECK(((output - reference).abs().max() / reference.abs().max()).item<double>() < 1e-5);
 }
+
+TEST_CASE("an accuracy target keeps the fewest layers in float, worst first, until its threshold holds") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    const quantization_result full = quantize(t.model, quantizer, t.data, {.progress = false});
+    REQUIRE(full.report.per_layer.size() >= 2);
+    const std::string worst = full.report.per_layer.front().name;
+    const quantization_result worst_in_float = quantize(t.model, libtorch::detail::keeping_in_float(quantizer, {worst}),
+                                                        t.data, {.per_layer = false, .progress = false});
+    MESSAGE("all quantized " << full.report.sqnr_db << " dB; " << worst << " in float " << worst_in_float.report.sqnr_db
+                             << " dB");
+    REQUIRE(worst_in_float.report.sqnr_db > full.report.sqnr_db);
+
+    // Between the two: exactly the worst layer kept in float.
+    const double threshold = (full.report.sqnr_db + worst_in_float.report.sqnr_db) / 2;
+    const quantization_result reached =
+        quantize_to_target(t.model, quantizer, t.data, {.min_sqnr_db = threshold}, {.progress = false});
+    const std::vector<accuracy_target_step>& steps = reached.report.target_steps;
+    REQUIRE(steps.size() == 2);
+    CHECK(steps[0].kept_in_float.empty());
+    CHECK_FALSE(steps[0].met);
+    CHECK(steps[0].sqnr_db == full.report.sqnr_db);
+    CHECK(steps[1].kept_in_float == std::vector<std::string>{worst});
+    CHECK(steps[1].met);
+    CHECK(reached.report.sqnr_db >= threshold);
+    CHECK(reached.report.sqnr_db == worst_in_float.report.sqnr_db);
+    CHECK(reached.report.quantized_ops < full.report.quantized_ops);  // the layer really runs in float
+    CHECK(reached.report.per_layer.size() == full.report.per_layer.size());  // the ranking it followed
+    CHECK(to_json(reached.report)["kept_in_float"] == nlohmann::json::array({worst}));
+    CHECK(format_table(reached.report).find("accuracy target (SQNR >= ") != std::string::npos);
+
+    // Already met: nothing kept in float.
+    const quantization_result at_once =
+        quantize_to_target(t.model, quantizer, t.data, {.min_sqnr_db = full.report.sqnr_db - 1.0}, {.progress = false});
+    REQUIRE(at_once.report.target_steps.size() == 1);
+    CHECK(at_once.report.target_steps[0].met);
+    CHECK(at_once.report.sqnr_db == full.report.sqnr_db);
+
+    // Top-1: a drop of at most 100 points always holds; one of -100 never does.
+    const quantization_result any_drop =
+        quantize_to_target(t.model, quantizer, t.data, {.max_accuracy_drop = 100.0}, {.progress = false});
+    CHECK(any_drop.report.target_steps.size() == 1);
+    CHECK(any_drop.report.target_steps[0].quantized_accuracy == full.report.quantized_accuracy);
+}
+
+TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 target needs labels") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    const auto failure_of = [&](const accuracy_target& target, const quantize_data& data) -> std::pair<error_kind, std::string> {
+        try {
+            (void)quantize_to_target(t.model, quantizer, data, target, {.progress = false});
+        } catch (const error& failure) {
+            return {failure.kind(), failure.what()};
+        }
+        return {error_kind::invalid_argument, "no error"};
+    };
+    const auto [unmet_kind, unmet] = failure_of({.min_sqnr_db = 200.0}, t.data);
+    CHECK(unmet_kind == error_kind::accuracy_target_unmet);
+    CHECK(unmet.find("SQNR >= 200.00 dB is not met even with ") != std::string::npos);
+    CHECK(unmet.find("analysed layers kept in float; the best step reached ") != std::string::npos);
+    const auto [negative_kind, negative] = failure_of({.max_accuracy_drop = -100.0}, t.data);
+    CHECK(negative_kind == error_kind::accuracy_target_unmet);
+    const quantize_data unlabelled{t.data.calibration, t.data.evaluation, std::nullopt};
+    const auto [unlabelled_kind, no_labels] = failure_of({.max_accuracy_drop = 1.0}, unlabelled);
+    CHECK(unlabelled_kind == error_kind::no_evaluation_data);
+    CHECK(no_labels.find("labelled held-out data") != std::string::npos);
+}

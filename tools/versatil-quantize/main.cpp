@@ -5,7 +5,7 @@
 //                     [--out Q.pt] [--report R.json] [--export H.hpp [--export-namespace NAME]]
 //                     [--batch N] [--threads N]
 //                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer]
-//                     [--per-layer-samples N] [--verbose]
+//                     [--per-layer-samples N] [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
 //                     [--RANK R --WORLD_SIZE N --MASTER_ADDR HOST --MASTER_PORT PORT [--dist-timeout S]]
 //
 // With a world size above one (flags, or torchrun's variables of the same names), every
@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
     std::int64_t per_layer_samples = quantize_options{}.per_layer_samples;
     bool verbose = false;
     qat_options qat;
+    accuracy_target target;
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
     app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
     app.add_option("--target", target_texts,
@@ -130,6 +131,12 @@ int main(int argc, char** argv) {
     app.add_option("--per-layer-samples", per_layer_samples,
                    "evaluation samples the per-layer analysis runs on (default 0: all)")
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--min-sqnr", target.min_sqnr_db,
+                   "accuracy target: keep in float the fewest layers, worst per-layer SQNR first, until the output "
+                   "SQNR is at least DB (exit 2, nothing written, if no step reaches it)");
+    app.add_option("--max-accuracy-drop", target.max_accuracy_drop,
+                   "accuracy target: as --min-sqnr, until top-1 is at most POINTS below the float model's (needs "
+                   "the data file's test and test_labels)");
     app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
     app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
@@ -166,6 +173,10 @@ int main(int argc, char** argv) {
         }
 
         const world_config world = world_from(world_given);
+        if (world.is_distributed() && !target.empty())
+            throw error(error_kind::invalid_argument,
+                        "an accuracy target quantizes again per step, which the other processes do not take part in; "
+                        "use it with one process (WORLD_SIZE=1)");
         if (world.is_distributed() && quantizer->is_qat())
             throw error(error_kind::invalid_argument,
                         "QAT across processes is not supported yet; train with one process (WORLD_SIZE=1)");
@@ -210,7 +221,7 @@ int main(int argc, char** argv) {
                         "this versatil-quantize was built without LibTorch's Gloo process group (libgloo-dev); "
                         "run it with WORLD_SIZE=1");
 #endif
-        quantization_result result = quantize(in.model, *quantizer, in.data, options);
+        quantization_result result = quantize_to_target(in.model, *quantizer, in.data, target, options);
 #ifdef USE_C10D_GLOO
         if (group) {
             result.report.world_size = world.size;

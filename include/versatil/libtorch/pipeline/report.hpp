@@ -34,6 +34,15 @@ struct layer_sqnr {
     double sqnr_db = 0.0;
 };
 
+// One step towards an accuracy target (accuracy_target.hpp): the layers kept in float so far
+// and what the model quantized without them measured.
+struct accuracy_target_step {
+    std::vector<std::string> kept_in_float;
+    double sqnr_db = 0.0;
+    std::optional<double> quantized_accuracy;
+    bool met = false;
+};
+
 // A model exported as firmware (export/firmware.hpp): the memory figures of its header and
 // how the firmware runtime, run on the host, agrees with LibTorch's quantized model.
 struct firmware_report {
@@ -88,6 +97,10 @@ struct quantization_report {
     // calibration samples each rank observed (one entry, all samples, for one process).
     int world_size = 1;
     std::vector<std::int64_t> samples_per_rank;
+    // An accuracy target (accuracy_target.hpp): what it asked ("" for none) and every step taken,
+    // the last one the model reported on.
+    std::string accuracy_target;
+    std::vector<accuracy_target_step> target_steps;
 
     double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
     double speedup() const { return float_ms / quantized_ms; }
@@ -105,6 +118,12 @@ nlohmann::json value_or_null(const std::optional<T>& value) {
 }  // namespace detail
 
 inline nlohmann::json to_json(const quantization_report& report) {
+    nlohmann::json target_steps = nlohmann::json::array();
+    for (const accuracy_target_step& step : report.target_steps)
+        target_steps.push_back({{"kept_in_float", step.kept_in_float},
+                                {"sqnr_db", detail::finite_or_null(step.sqnr_db)},
+                                {"quantized_accuracy", detail::value_or_null(step.quantized_accuracy)},
+                                {"met", step.met}});
     nlohmann::json targets = nlohmann::json::array();
     for (const target_report& t : report.targets)
         targets.push_back(
@@ -167,6 +186,9 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"firmware", firmware},
         {"world_size", report.world_size},
         {"samples_per_rank", report.samples_per_rank},
+        {"accuracy_target", report.accuracy_target.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.accuracy_target)},
+        {"kept_in_float", report.target_steps.empty() ? std::vector<std::string>{} : report.target_steps.back().kept_in_float},
+        {"target_steps", target_steps},
     };
     return json;
 }
@@ -232,6 +254,17 @@ inline std::string format_table(const quantization_report& report) {
                                        std::to_string(f->max_lsb_diff) + " LSB, " +
                                        std::to_string(f->differing_elements) + " of " +
                                        std::to_string(f->compared_elements) + " int8 outputs differ");
+    }
+    if (!report.target_steps.empty()) {
+        text += "accuracy target (" + report.accuracy_target + "): layers kept in float, one more each step\n";
+        for (const accuracy_target_step& step : report.target_steps) {
+            std::string kept = step.kept_in_float.empty() ? "(none)" : "";
+            for (const std::string& layer : step.kept_in_float) kept += (kept.empty() ? "" : ", ") + layer;
+            std::string measured = sqnr(step.sqnr_db);
+            if (step.quantized_accuracy) measured += ", top-1 " + number("%.2f %%", 100.0 * *step.quantized_accuracy);
+            row((std::to_string(step.kept_in_float.size()) + " in float").c_str(),
+                measured + (step.met ? " (met)" : "") + ": " + kept);
+        }
     }
     if (!report.per_layer.empty()) {
         text += "per layer (output SQNR with only that layer quantized, worst first; " +
