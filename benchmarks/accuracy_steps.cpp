@@ -55,23 +55,13 @@ std::string with_steps(const std::string& base, const std::string& steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::fprintf(stderr, "usage: %s OUT.json [--steps N] [--repeats N]\n", argv[0]);
-        return 2;
-    }
-    const std::string out = argv[1];
-    std::int64_t steps = 300;
-    int repeats = 3;
-    for (int i = 2; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::stol(argv[++i]);
-        else if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::stoi(argv[++i]);
-    }
+    const std::optional<benchmark_arguments> arguments = parse_benchmark_arguments(argc, argv, 3);
+    if (!arguments) return 2;
+    const auto& [out, steps, repeats] = *arguments;
     try {
         at::set_num_threads(1);
-        const dataset train = load_fashion_mnist(fashion_mnist_split::train, train_images);
-        const dataset test = load_fashion_mnist(fashion_mnist_split::test, 2000);
-        const std::vector<batch> calibration = batches_of(calibration_images(train), calibration_batch);
-        const std::vector<batch> evaluation = batches_of(test.images, evaluation_batch);
+        const benchmark_data loaded = load_benchmark_data();
+        const auto& [train, test, calibration, evaluation] = loaded;
         const auto load_average = [] {
             std::ifstream file("/proc/loadavg");
             std::string one, five, fifteen;

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -63,6 +66,45 @@ inline at::Tensor calibration_images(const libtorch::dataset& train) {
 inline double median(std::vector<double> values) {
     std::sort(values.begin(), values.end());
     return values[values.size() / 2];
+}
+
+// The command line of the benchmarks that write one results file: OUT.json [--steps N]
+// [--repeats N]; none when OUT.json is missing (the usage is printed).
+struct benchmark_arguments {
+    std::string out;
+    std::int64_t steps = 300;
+    int repeats = 1;
+};
+
+inline std::optional<benchmark_arguments> parse_benchmark_arguments(int argc, char** argv, int default_repeats) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: %s OUT.json [--steps N] [--repeats N]\n", argv[0]);
+        return std::nullopt;
+    }
+    benchmark_arguments arguments{.out = argv[1], .repeats = default_repeats};
+    for (int i = 2; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) arguments.steps = std::stol(argv[++i]);
+        else if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) arguments.repeats = std::stoi(argv[++i]);
+    }
+    return arguments;
+}
+
+// Fashion-MNIST as the model benchmarks split it: the training images, the calibration batches
+// (training images) and 2000 held-out test images in evaluation batches.
+struct benchmark_data {
+    libtorch::dataset train;
+    libtorch::dataset test;
+    std::vector<libtorch::batch> calibration;
+    std::vector<libtorch::batch> evaluation;
+};
+
+inline benchmark_data load_benchmark_data() {
+    using namespace versatil::libtorch;
+    benchmark_data data{load_fashion_mnist(fashion_mnist_split::train, train_images),
+                        load_fashion_mnist(fashion_mnist_split::test, 2000), {}, {}};
+    data.calibration = batches_of(calibration_images(data.train), calibration_batch);
+    data.evaluation = batches_of(data.test.images, evaluation_batch);
+    return data;
 }
 
 inline runtime_quantizer whole_model(const std::string& spec) {
