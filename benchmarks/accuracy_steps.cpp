@@ -47,11 +47,6 @@ const std::vector<configuration> configurations{
     {"xnnpack:dynamic,per_tensor", {"", "cle"}},
 };
 
-std::string with_steps(const std::string& base, const std::string& steps) {
-    if (steps.empty()) return base;
-    return base + (base.find(':') == std::string::npos ? ":" : ",") + steps;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,21 +85,15 @@ int main(int argc, char** argv) {
                 const bool dynamic = config.base.find("dynamic") != std::string::npos;
                 const quantize_data data{dynamic ? std::vector<batch>{} : calibration, evaluation, test.labels};
                 for (const std::string& added : config.steps) {
-                    const std::string spec = with_steps(config.base, added);
+                    const std::string spec = with_options(config.base, added);
                     const runtime_quantizer quantizer = whole_model(spec);
-                    std::vector<double> seconds;
-                    std::optional<lowered_model> lowered;
-                    for (int i = 0; i < repeats; ++i) {
-                        const auto start = std::chrono::steady_clock::now();
-                        lowered = quantize_model(model, quantizer, data, {.threads = 1, .per_layer = false, .progress = false});
-                        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-                    }
-                    const engine_scope engine(engine_settings{lowered->plan.engine, 1, std::nullopt});
-                    const model_outputs quantized = run_batches(lowered->module.deepcopy(), evaluation);
+                    const auto [lowered, seconds] = quantize_timed(model, quantizer, data, repeats);
+                    const engine_scope engine(engine_settings{lowered.plan.engine, 1, std::nullopt});
+                    const model_outputs quantized = run_batches(lowered.module.deepcopy(), evaluation);
                     const outputs_comparison comparison = compare_outputs(reference, quantized);
                     const at::Tensor error = quantized.tensors.front().to(at::kDouble) - reference.tensors.front().to(at::kDouble);
                     json steps_done = json::array();
-                    for (const adjustment& a : lowered->adjustments)
+                    for (const adjustment& a : lowered.adjustments)
                         if (a.change.starts_with("cle") || a.change.starts_with("bias correction"))
                             steps_done.push_back(a.module_path + ": " + a.change);
                     json run = {{"spec", spec},

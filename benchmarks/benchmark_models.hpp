@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <cstdint>
@@ -105,6 +106,31 @@ inline benchmark_data load_benchmark_data() {
     data.calibration = batches_of(calibration_images(data.train), calibration_batch);
     data.evaluation = batches_of(data.test.images, evaluation_batch);
     return data;
+}
+
+// "x86_inductor" + "cle" -> "x86_inductor:cle"; "xnnpack:per_tensor" + "cle" -> "xnnpack:per_tensor,cle".
+inline std::string with_options(const std::string& spec, const std::string& options) {
+    if (options.empty()) return spec;
+    return spec + (spec.find(':') == std::string::npos ? ":" : ",") + options;
+}
+
+// `repeats` quantizations (one thread, no per-layer analysis): the last lowered model and the
+// seconds each took.
+struct timed_quantization {
+    libtorch::lowered_model lowered;
+    std::vector<double> seconds;
+};
+
+inline timed_quantization quantize_timed(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                         const libtorch::quantize_data& data, int repeats) {
+    std::vector<double> seconds;
+    std::optional<libtorch::lowered_model> lowered;
+    for (int i = 0; i < std::max(repeats, 1); ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        lowered = libtorch::quantize_model(model, quantizer, data, {.threads = 1, .per_layer = false, .progress = false});
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return {std::move(*lowered), std::move(seconds)};
 }
 
 inline runtime_quantizer whole_model(const std::string& spec) {

@@ -54,18 +54,11 @@ int main(int argc, char** argv) {
             const quantize_data data{calibration, evaluation, test.labels};
             for (const std::string& base : bases)
                 for (const std::string& method : methods) {
-                    const std::string spec =
-                        method.empty() ? base : base + (base.find(':') == std::string::npos ? ":" : ",") + "calibration=" + method;
+                    const std::string spec = method.empty() ? base : with_options(base, "calibration=" + method);
                     const runtime_quantizer quantizer = whole_model(spec);
-                    std::vector<double> seconds;
-                    std::optional<lowered_model> lowered;
-                    for (int i = 0; i < repeats; ++i) {
-                        const auto start = std::chrono::steady_clock::now();
-                        lowered = quantize_model(model, quantizer, data, {.threads = 1, .per_layer = false, .progress = false});
-                        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-                    }
-                    const engine_scope engine(engine_settings{lowered->plan.engine, 1, std::nullopt});
-                    const model_outputs quantized = run_batches(lowered->module.deepcopy(), evaluation);
+                    const auto [lowered, seconds] = quantize_timed(model, quantizer, data, repeats);
+                    const engine_scope engine(engine_settings{lowered.plan.engine, 1, std::nullopt});
+                    const model_outputs quantized = run_batches(lowered.module.deepcopy(), evaluation);
                     const json run = {{"spec", spec},
                                       {"base", base},
                                       {"method", method.empty() ? "histogram (default)" : method},
