@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
 
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "versatil/libtorch.hpp"
@@ -429,4 +430,50 @@ TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 t
     const auto [unlabelled_kind, no_labels] = failure_of({.max_accuracy_drop = 1.0}, unlabelled);
     CHECK(unlabelled_kind == error_kind::no_evaluation_data);
     CHECK(no_labels.find("labelled held-out data") != std::string::npos);
+}
+
+// The issue's yardstick: no more layers in float than a greedy search keeps, which tries every
+// remaining layer at each step and keeps the one that raises the SQNR most (one quantization per
+// candidate, so quadratic in the layers: fine for this CNN's four). Checked at every threshold
+// between the SQNRs the greedy search passes through.
+//
+// NOT MET, kept visible (should_fail: doctest reports it once it passes): at 46.25 dB the greedy
+// search keeps 2 layers in float and the per-layer ranking 3; a layer's cost alone is not its
+// gain once others are float. Issue 12 is open on it.
+TEST_CASE("an accuracy target keeps no more layers in float than a greedy one-layer-at-a-time search" *
+          doctest::should_fail()) {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    const quantize_options quiet{.per_layer = false, .progress = false};
+    const auto sqnr_keeping = [&](const std::vector<std::string>& kept) {
+        return quantize(t.model, libtorch::detail::keeping_in_float(quantizer, kept), t.data, quiet).report.sqnr_db;
+    };
+    const std::vector<layer_sqnr> ranking = quantize(t.model, quantizer, t.data, {.progress = false}).report.per_layer;
+    std::vector<std::string> remaining;
+    for (const layer_sqnr& layer : ranking) remaining.push_back(layer.name);
+    std::vector<std::string> greedy;
+    std::vector<double> greedy_sqnr{sqnr_keeping({})};
+    while (remaining.size() > 1) {
+        double best = -std::numeric_limits<double>::infinity();
+        std::size_t chosen = 0;
+        for (std::size_t i = 0; i < remaining.size(); ++i) {
+            std::vector<std::string> trial = greedy;
+            trial.push_back(remaining[i]);
+            if (const double sqnr = sqnr_keeping(trial); sqnr > best) best = sqnr, chosen = i;
+        }
+        greedy.push_back(remaining[chosen]);
+        remaining.erase(remaining.begin() + static_cast<std::ptrdiff_t>(chosen));
+        greedy_sqnr.push_back(best);
+    }
+    for (std::size_t k = 1; k < greedy_sqnr.size(); ++k) {
+        // The SQNR greedy reaches with k layers in float (and not before), less a hair.
+        const double threshold = greedy_sqnr[k] - 1e-6;
+        if (*std::max_element(greedy_sqnr.begin(), greedy_sqnr.begin() + static_cast<std::ptrdiff_t>(k)) >= threshold) continue;
+        const quantization_result reached =
+            quantize_to_target(t.model, quantizer, t.data, {.min_sqnr_db = threshold}, {.progress = false});
+        const std::size_t kept = reached.report.target_steps.back().kept_in_float.size();
+        MESSAGE("SQNR >= " << threshold << " dB: greedy keeps " << k << " in float, the target " << kept);
+        CHECK(kept <= k);
+    }
 }
