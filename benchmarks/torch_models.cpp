@@ -27,29 +27,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "versatil/libtorch.hpp"
-#include "versatil/libtorch/demo/fashion_mnist.hpp"
-#include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
+#include "benchmark_models.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;
+using namespace versatil::benchmarks;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t calibration_batch = 32;
-constexpr int64_t calibration_batches = 8;
-constexpr int64_t evaluation_batch = 250;
 constexpr int quantize_repeats = 3;
 constexpr int latency_rounds = 3;  // the machine is shared: the quietest of 3 medians (peer.py does the same)
-
-struct model_entry {
-    std::string name;
-    std::function<::torch::jit::Module()> build;
-    double learning_rate;
-};
 
 void write_pickle(const c10::IValue& value, const fs::path& path) {
     const std::vector<char> bytes = ::torch::jit::pickle_save(value);
@@ -58,38 +47,15 @@ void write_pickle(const c10::IValue& value, const fs::path& path) {
     if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-std::vector<batch> batches_of(const at::Tensor& all, int64_t rows) {
-    std::vector<batch> batches;
-    for (int64_t begin = 0; begin < all.size(0); begin += rows)
-        batches.push_back(all.slice(0, begin, std::min(begin + rows, all.size(0))).contiguous());
-    return batches;
-}
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
-}
-
-runtime_quantizer whole_model(const std::string& spec) {
-    auto backend = parse_backend_spec(spec);
-    if (!backend) throw std::runtime_error(backend.error().message);
-    auto composed = runtime_quantizer::compose({{"", *backend}});
-    if (!composed) throw std::runtime_error(composed.error().message);
-    return *composed;
-}
-
-// prepare, calibrate, convert and lower: the steps quantize() runs before it measures anything.
+// What quantize() runs before it measures anything: prepare, calibrate, convert and lower, or
+// for dynamic targets the direct path (dynamic.hpp).
 lowered_model quantize_steps(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                              const std::vector<batch>& calibration) {
-    prepared_model prepared = prepare(model, quantizer);
-    calibrate(prepared, calibration, {false});
-    lowering_options lowering;
-    if (!calibration.empty()) lowering.sample = calibration.front();
-    lowering.threads = 1;
-    return lower(convert(prepared), lowering);
+    return quantize_model(model, quantizer, quantize_data{calibration, {}, std::nullopt},
+                          {.threads = 1, .per_layer = false, .progress = false});
 }
 
-// Median seconds of prepare + calibrate + convert + lower over `quantize_repeats` runs.
+// Median seconds of quantize_steps over `quantize_repeats` runs.
 double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                         const std::vector<batch>& calibration) {
     std::vector<double> seconds;
@@ -101,13 +67,35 @@ double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantiz
     return median(seconds);
 }
 
-// One more quantization, timed phase by phase: where the quantize time goes.
+// One more quantization, timed phase by phase: where the quantize time goes. The direct dynamic
+// path has no prepare, calibrate or convert: its whole time is under "lower". "per_layer" is the
+// per-layer analysis quantize() runs after on `evaluation` (static: from the converted model;
+// dynamic, and static layers behind a value-changing op: each layer quantized alone).
 json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                   const std::vector<batch>& calibration) {
+                   const std::vector<batch>& calibration, const std::vector<batch>& evaluation) {
     using clock = std::chrono::steady_clock;
     const auto since = [](clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); };
+    const quantization_plan plan = plan_for(quantizer);
+    lowering_options lowering;
+    if (!calibration.empty()) lowering.sample = calibration.front();
+    lowering.threads = 1;
+    const auto per_layer = [&](const ::torch::jit::Module* converted) {
+        return libtorch::detail::per_layer_sqnr(model, quantizer, converted, calibration, evaluation, 1);
+    };
     auto start = clock::now();
-    prepared_model prepared = prepare(model, quantizer);
+    if (const std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering)) {
+        const double lower_s = since(start);
+        start = clock::now();
+        json phases = {{"prepare", 0.0}, {"calibrate", 0.0}, {"convert", 0.0}, {"lower", lower_s}};
+        try {
+            (void)per_layer(nullptr);
+            phases["per_layer"] = since(start);
+        } catch (const std::exception&) {
+            // as in cli_seconds: the per-layer analysis alone fails (recorded there)
+        }
+        return phases;
+    }
+    prepared_model prepared = prepare(model, plan);
     const double prepare_s = since(start);
     start = clock::now();
     calibrate(prepared, calibration, {false});
@@ -116,11 +104,28 @@ json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& q
     const converted_model converted = convert(prepared);
     const double convert_s = since(start);
     start = clock::now();
-    lowering_options lowering;
-    if (!calibration.empty()) lowering.sample = calibration.front();
-    lowering.threads = 1;
     const lowered_model lowered = lower(converted, lowering);
-    return {{"prepare", prepare_s}, {"calibrate", calibrate_s}, {"convert", convert_s}, {"lower", since(start)}};
+    const double lower_s = since(start);
+    start = clock::now();
+    (void)per_layer(&converted.module);
+    return {{"prepare", prepare_s}, {"calibrate", calibrate_s}, {"convert", convert_s}, {"lower", lower_s},
+            {"per_layer", since(start)}};
+}
+
+// quantize() as versatil-quantize calls it on the same data, with and without the per-layer
+// analysis (the CLI's default against --no-per-layer), and with the analysis on the first 256
+// evaluation samples (--per-layer-samples 256); median seconds of `quantize_repeats`, interleaved.
+json cli_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer, const quantize_data& data) {
+    std::vector<double> with, without, capped;
+    for (int i = 0; i < quantize_repeats; ++i)
+        for (std::vector<double>* times : {&with, &without, &capped}) {
+            quantize_options options{.threads = 1, .per_layer = times != &without, .progress = false};
+            if (times == &capped) options.per_layer_samples = 256;
+            const auto start = std::chrono::steady_clock::now();
+            (void)quantize(model, quantizer, data, options);
+            times->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+    return {{"default", median(with)}, {"no_per_layer", median(without)}, {"per_layer_samples_256", median(capped)}};
 }
 
 bool is_quantize_node(std::string_view kind) { return kind == "aten::quantize_per_tensor"; }
@@ -177,10 +182,9 @@ int main(int argc, char** argv) {
     try {
         at::set_num_threads(1);  // one thread throughout: training (fastest here) and every timing
         fs::create_directories(out / "scaling");
-        const dataset train = load_fashion_mnist(fashion_mnist_split::train, 12000);
+        const dataset train = load_fashion_mnist(fashion_mnist_split::train, train_images);
         const dataset test = load_fashion_mnist(fashion_mnist_split::test, test_count);
-        // Calibration images are training images the models were trained on; evaluation is held out.
-        const at::Tensor calib = train.images.slice(0, 0, calibration_batch * calibration_batches).contiguous();
+        const at::Tensor calib = calibration_images(train);
         const std::vector<batch> calibration = batches_of(calib, calibration_batch);
         const std::vector<batch> evaluation = batches_of(test.images, evaluation_batch);
         {
@@ -191,12 +195,7 @@ int main(int argc, char** argv) {
             write_pickle(data, out / "data.pt");
         }
 
-        const std::vector<model_entry> models{
-            {"mlp", [] { return mlp(0); }, 2e-3},
-            {"transformer_encoder", [] { return transformer_encoder(0); }, 1e-3},
-            {"resnet_cnn", [] { return resnet_cnn(0); }, 2e-3},
-            {"mobilenet_cnn", [] { return mobilenet_cnn(0); }, 2e-3},
-        };
+        const std::vector<model_entry> models = benchmark_models();
         const std::vector<std::string> specs{"x86_inductor", "xnnpack", "x86_inductor:dynamic", "xnnpack:dynamic"};
 
         json results;
@@ -209,12 +208,9 @@ int main(int argc, char** argv) {
                              {"threads", 1}};
         for (const model_entry& entry : models) {
             ::torch::jit::Module model = entry.build();
-            training_options options;
-            options.steps = quick ? std::min<int64_t>(steps, 20) : steps;
-            options.learning_rate = entry.learning_rate;
-            options.num_threads = 1;
+            const int64_t steps_run = quick ? std::min<int64_t>(steps, 20) : steps;
             const auto train_start = std::chrono::steady_clock::now();
-            const training_result trained = train_classifier(model, train.images, train.labels, options);
+            const training_result trained = train_model(model, entry, train, steps_run);
             const double train_seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
             fs::create_directories(out / entry.name);
@@ -223,7 +219,7 @@ int main(int argc, char** argv) {
             write_pickle(reference.tensors.front(), out / entry.name / "reference.pt");
             const double float_top1 = top1_accuracy(reference, test.labels);
             std::printf("%-20s trained %lld steps in %.1f s, loss %.3f, float top-1 %.2f %%\n", entry.name.c_str(),
-                        static_cast<long long>(options.steps), train_seconds, trained.final_loss, 100 * float_top1);
+                        static_cast<long long>(steps_run), train_seconds, trained.final_loss, 100 * float_top1);
             std::fflush(stdout);
 
             json model_json = {{"train_seconds", train_seconds},
@@ -285,13 +281,20 @@ int main(int argc, char** argv) {
                     run["quantized_bytes"] = report.quantized_bytes;
                     run["quantize_seconds_first"] = report.quantize_seconds;
                     run["quantize_seconds"] = quantize_seconds(model, quantizer, calib_used);
-                    run["phases"] = phase_seconds(model, quantizer, calib_used);
+                    run["phases"] = phase_seconds(model, quantizer, calib_used, evaluation);
+                    // The per-layer analysis can fail where the rest does not (transformer_encoder under
+                    // xnnpack:dynamic: LibTorch throws for q_proj quantized alone); recorded, not fatal.
+                    try {
+                        run["cli_seconds"] = cli_seconds(model, quantizer, quantize_data{calib_used, evaluation, test.labels});
+                    } catch (const std::exception& failure) {
+                        run["cli_error"] = one_line(failure);
+                    }
                     // For peer.py, which times it in its own harness too (the same loop for both models).
                     result.model.module.save(
                         (out / entry.name / ("versatil_" + backend + "_" + (dynamic ? "dynamic" : "static") + ".pt"))
                             .string());
-                    run["quantize_nodes"] = detail::count_nodes(result.model.module, is_quantize_node);
-                    run["dequantize_nodes"] = detail::count_nodes(result.model.module, is_dequantize_node);
+                    run["quantize_nodes"] = libtorch::detail::count_nodes(result.model.module, is_quantize_node);
+                    run["dequantize_nodes"] = libtorch::detail::count_nodes(result.model.module, is_dequantize_node);
                     const engine_scope scope(engine_settings{result.model.plan.engine, 1, std::nullopt});
                     // A fresh copy per batch size: oneDNN keeps the primitive of its first input shape.
                     for (const int64_t batch : {int64_t{1}, int64_t{8}}) {

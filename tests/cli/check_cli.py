@@ -15,6 +15,10 @@ cli, export, project_version = sys.argv[1:4]
 failures = []
 
 
+def fm_default_calibration(report):
+    return json.loads(report.read_text())["targets"][0]["calibration"]
+
+
 def run(*args, expect_status=0, expect_text=None):
     result = subprocess.run([cli, *map(str, args)], capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
@@ -75,6 +79,20 @@ with tempfile.TemporaryDirectory() as scratch:
     qat = json.loads((d / "qat.json").read_text())
     if qat["qat_steps"] != 40 or qat["quantized_ops"] != qat["quantizable_ops"]:
         failures.append(f"QAT run: {qat['qat_steps']} steps, {qat['quantized_ops']}/{qat['quantizable_ops']} ops")
+    # The accuracy steps: the options reach the report, with what each step did.
+    run("--model", model, "--data", data, "--target", "=xnnpack:per_tensor,cle,bias_correction", "--report",
+        d / "steps.json", "--no-per-layer", expect_text="xnnpack:per_tensor,cle,bias_correction")
+    steps = json.loads((d / "steps.json").read_text())
+    changes = " | ".join(a["change"] for a in steps["adjustments"])
+    if steps["targets"][0]["options"] != "per_tensor,cle,bias_correction" or "cle: weight ranges equalized" not in changes \
+            or "bias correction: " not in changes:
+        failures.append(f"cle,bias_correction run: options {steps['targets'][0]['options']!r}, changes: {changes}")
+    # A calibration method: named in the report, text and JSON.
+    run("--model", model, "--data", data, "--target", "=xnnpack:calibration=entropy", "--report",
+        d / "entropy.json", "--no-per-layer", expect_text="(calibration: entropy)")
+    entropy = json.loads((d / "entropy.json").read_text())
+    if entropy["targets"][0]["calibration"] != "entropy" or fm_default_calibration(d / "fm.json") != "histogram (default)":
+        failures.append(f"calibration run: {entropy['targets'][0]}")
     fm = json.loads((d / "fm.json").read_text())
     if fm["float_accuracy"] is None or fm["quantized_accuracy"] is None:
         failures.append("accuracy missing with labelled test data")
@@ -83,10 +101,29 @@ with tempfile.TemporaryDirectory() as scratch:
     if fm["quantized_ops"] != fm["quantizable_ops"] or fm["quantizable_ops"] == 0:
         failures.append(f"Fashion-MNIST run left ops in float: {fm['quantized_ops']}/{fm['quantizable_ops']}")
 
+    # An accuracy target (embedded default, x86_inductor): one already met keeps nothing in float
+    # and says so; one no step can meet exits 2 naming it and writes nothing.
+    run("--min-sqnr", "0", "--report", d / "target.json", expect_text="accuracy target (SQNR >= 0.00 dB)")
+    target = json.loads((d / "target.json").read_text())
+    if target["accuracy_target"] != "SQNR >= 0.00 dB" or target["kept_in_float"] != [] \
+            or [step["met"] for step in target["target_steps"]] != [True]:
+        failures.append(f"a met target's report: {target['accuracy_target']}, {target['target_steps']}")
+    run("--min-sqnr", "200", "--out", d / "unmet.pt", "--report", d / "unmet.json", expect_status=2,
+        expect_text="SQNR >= 200.00 dB is not met even with ")
+    if (d / "unmet.pt").exists() or (d / "unmet.json").exists():
+        failures.append("an unmet accuracy target left output behind")
+
     # Bad input: exit 2, a message naming the problem, nothing written, inputs untouched.
     run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
     run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")
     run("--target", "features", expect_status=2, expect_text="is not PATH=BACKEND")
+    run("--target", "=xnnpack:calibration=kl", expect_status=2,
+        expect_text="unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, "
+                    "histogram, percentile, entropy, auto)")
+    run("--target", "=x86_inductor:qat,calibration=auto", expect_status=2,
+        expect_text="options 'calibration' and 'qat' do not combine")
+    run("--target", "=xnnpack:dynamic,bias_correction", expect_status=2,
+        expect_text="options 'bias_correction' and 'dynamic' do not combine")
     run("--target", "features=xnnpack", "--target", "features.0=xnnpack", expect_status=2, expect_text="overlap")
     run("--target", "features..0=xnnpack", expect_status=2, expect_text="invalid module path")
     run("--target", "features.9=xnnpack", expect_status=2, expect_text="'features' has no child '9'")

@@ -17,7 +17,10 @@ std::string parse_error(std::string_view spec) {
 }  // namespace
 
 TEST_CASE("every configured policy is in the catalogue once") {
-    CHECK(builtin_backends.size() == 8 + 8 + 4);  // x86_inductor and xnnpack: 3 options; cortex_m: 2
+    // x86_inductor and xnnpack: five options make 32 subsets, of which 12 put bias_correction with
+    // dynamic or qat (20 configurations each), and each of the 8 static post-training subsets
+    // (neither dynamic nor qat) again with each of the 6 calibration methods; cortex_m: two options.
+    CHECK(builtin_backends.size() == 20 + 20 + 2 * 8 * 6 + 4);
     for (std::size_t i = 0; i < builtin_backends.size(); ++i)
         for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
             CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
@@ -37,6 +40,12 @@ TEST_CASE("a spec names a backend and its options in any order") {
     CHECK(*parse_backend_spec("cortex_m:per_tensor,qat") == &descriptor_of<CortexM<qat, per_tensor>>);
     // The descriptor carries the policy's real config: options change what happens.
     CHECK((*parse_backend_spec("x86_inductor:reduce_range"))->config.input_activation->quant_max == 127);
+    CHECK(*parse_backend_spec("xnnpack:cle,per_tensor") == &descriptor_of<XNNPACK<per_tensor, cle>>);
+    CHECK(*parse_backend_spec("x86_inductor:bias_correction,cle") == &descriptor_of<X86Inductor<cle, bias_correction>>);
+    CHECK((*parse_backend_spec("xnnpack:per_tensor,cle"))->config.cross_layer_equalization);
+    CHECK((*parse_backend_spec("xnnpack:bias_correction"))->config.bias_correction);
+    CHECK_FALSE((*parse_backend_spec("xnnpack:per_tensor"))->config.cross_layer_equalization);
+    CHECK(*parse_backend_spec("xnnpack:dynamic,cle") == &descriptor_of<XNNPACK<dynamic, cle>>);
 }
 
 TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
@@ -46,13 +55,32 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
     CHECK(parse_error("cortex_m:dynamic") ==
           "unknown option 'dynamic' for backend 'cortex_m' (cortex_m accepts: qat per_tensor)");
     CHECK(parse_error("xnnpack:reduce_range") ==
-          "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor)");
-    CHECK(parse_error("x86_inductor:per_tensor").find("x86_inductor accepts: dynamic qat reduce_range") !=
-          std::string::npos);
+          "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor cle "
+          "bias_correction calibration=METHOD)");
+    CHECK(parse_error("xnnpack:calibration=kl") ==
+          "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
+          "percentile, entropy, auto)");
+    CHECK(parse_error("xnnpack:cle,calibration") ==
+          "option 'calibration' needs a method, calibration=METHOD in 'xnnpack:cle,calibration' (methods: minmax, "
+          "moving_minmax, histogram, percentile, entropy, auto)");
+    CHECK(parse_error("xnnpack:calibration=auto,calibration=auto").starts_with("more than one calibration method"));
+    CHECK(parse_error("x86_inductor:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
+    CHECK(parse_error("x86_inductor:per_tensor")
+              .find("x86_inductor accepts: dynamic qat reduce_range cle bias_correction") != std::string::npos);
     CHECK(parse_error("xnnpack:dynamic,dynamic") == "option 'dynamic' given twice in 'xnnpack:dynamic,dynamic'");
     CHECK(parse_error("xnnpack:").find("has ':' but no option") != std::string::npos);
     CHECK(parse_error("xnnpack:dynamic,").find("empty option") != std::string::npos);
     CHECK(parse_error("xnnpack:,dynamic").find("empty option") != std::string::npos);
+}
+
+TEST_CASE("bias correction with dynamic quantization or QAT is rejected with the rule") {
+    CHECK(parse_error("xnnpack:dynamic,bias_correction") ==
+          "options 'bias_correction' and 'dynamic' do not combine in 'xnnpack:dynamic,bias_correction': bias correction "
+          "is measured on calibration data, and dynamic quantization takes none (its activation ranges are taken at "
+          "run time)");
+    CHECK(parse_error("x86_inductor:cle,qat,bias_correction")
+              .starts_with("options 'bias_correction' and 'qat' do not combine in 'x86_inductor:cle,qat,bias_correction': "
+                           "quantization-aware training learns its biases"));
 }
 
 TEST_CASE("cortex_m composes with itself and excludes, and with no CPU backend") {

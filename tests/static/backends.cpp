@@ -144,6 +144,57 @@ static_assert(X86Inductor<reduce_range>::config.input_activation->quant_max == 1
 static_assert(XNNPACK<qat>::config.weight->is_fake_quantize && !XNNPACK<>::config.weight->is_fake_quantize);
 static_assert(XNNPACK<dynamic>::config.input_activation->observer == placeholder);
 
+// --- The accuracy steps: cle and bias_correction switch on a step and change nothing else ------
+template <class With, class Without>
+constexpr bool only_steps_differ(bool cle, bool bias_correction) {
+    quantization_config expected = Without::config;
+    expected.cross_layer_equalization = cle;
+    expected.bias_correction = bias_correction;
+    return With::config == expected && !(With::config == Without::config);
+}
+static_assert(only_steps_differ<XNNPACK<per_tensor, cle>, XNNPACK<per_tensor>>(true, false));
+static_assert(only_steps_differ<XNNPACK<bias_correction>, XNNPACK<>>(false, true));
+static_assert(only_steps_differ<X86Inductor<cle, bias_correction>, X86Inductor<>>(true, true));
+static_assert(only_steps_differ<X86Inductor<reduce_range, cle>, X86Inductor<reduce_range>>(true, false));
+// cle is data-free and exact in float, so it also goes with dynamic quantization and QAT.
+static_assert(only_steps_differ<XNNPACK<dynamic, per_tensor, cle>, XNNPACK<dynamic, per_tensor>>(true, false));
+static_assert(only_steps_differ<X86Inductor<qat, cle>, X86Inductor<qat>>(true, false));
+static_assert(!X86Inductor<>::config.cross_layer_equalization && !X86Inductor<>::config.bias_correction);
+static_assert(XNNPACK<bias_correction, cle, per_tensor>::options == "per_tensor,cle,bias_correction");
+// bias_correction is post-training and static: with dynamic or qat it does not compile
+// (compile_fail/option_bias_correction_*.cpp), and the catalogue leaves those out.
+static_assert(options_combine<cle, bias_correction, per_tensor> && options_combine<dynamic, cle> &&
+              options_combine<qat, cle>);
+static_assert(!options_combine<dynamic, bias_correction> && !options_combine<bias_correction, qat>);
+
+// --- Calibration methods: each changes the static activations' observer and nothing else ----
+template <class With, class Without>
+constexpr bool only_activation_observers_differ(observer_kind observer) {
+    quantization_config expected = Without::config;
+    expected.input_activation->observer = observer;
+    expected.output_activation->observer = observer;
+    return With::config == expected;
+}
+using cm = calibration_method;
+static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::minmax>>, XNNPACK<>>(observer_kind::min_max));
+static_assert(only_activation_observers_differ<XNNPACK<per_tensor, calibration<cm::moving_minmax>>, XNNPACK<per_tensor>>(
+    observer_kind::moving_average_min_max));
+static_assert(only_activation_observers_differ<X86Inductor<calibration<cm::percentile>>, X86Inductor<>>(
+    observer_kind::histogram_percentile));
+static_assert(only_activation_observers_differ<X86Inductor<reduce_range, calibration<cm::entropy>>, X86Inductor<reduce_range>>(
+    observer_kind::histogram_entropy));
+static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::automatic>, cle>, XNNPACK<cle>>(observer_kind::histogram_auto));
+// histogram is the backends' own default: naming it changes the spelling, not the config.
+static_assert(XNNPACK<calibration<cm::histogram>>::config == XNNPACK<>::config);
+static_assert(calibration_of(XNNPACK<>::config) == cm::histogram && calibration_of(X86Inductor<>::config) == cm::histogram);
+static_assert(!calibration_of(XNNPACK<dynamic>::config) && !calibration_of(X86Inductor<qat>::config));
+static_assert(X86Inductor<calibration<cm::automatic>, bias_correction, cle>::options == "cle,bias_correction,calibration=auto");
+// At most one method, and only where activations are calibrated (compile_fail/option_calibration_*.cpp).
+static_assert(options_combine<calibration<cm::entropy>, cle, bias_correction, per_tensor>);
+static_assert(!options_combine<calibration<cm::entropy>, calibration<cm::minmax>> && !options_combine<dynamic, calibration<cm::minmax>> &&
+              !options_combine<qat, calibration<cm::automatic>>);
+static_assert(parse_calibration_method("auto") == cm::automatic && !parse_calibration_method("kl"));
+
 // --- cortex_m: TFLite Micro's int8 scheme (int8 asymmetric activations, int8 symmetric
 // weights -127..127 with zero point 0, int32 biases at input_scale * weight_scale) ----------
 static_assert(CortexM<>::name == "cortex_m");

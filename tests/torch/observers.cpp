@@ -1,6 +1,7 @@
 // The observers behind each observer_kind: their qparams against the core's
-// versatil::math::choose_qparams, the histogram against PyTorch's own HistogramObserver, and
-// the observers inside LibTorch's graph-mode passes.
+// versatil::math::choose_qparams, the histogram against PyTorch's own HistogramObserver, the
+// compiled statistics against the TorchScript port they replace, and the observers inside
+// LibTorch's graph-mode passes.
 #include "versatil/libtorch/pipeline/observers.hpp"
 
 #include "doctest_with_torch.hpp"
@@ -16,6 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "reference/torchscript_observers.hpp"
+#include "torch_test_helpers.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/pipeline/calibrate.hpp"
+#include "versatil/libtorch/pipeline/module_tree.hpp"
+#include "versatil/libtorch/pipeline/target_spec.hpp"
 #include "versatil/math/qparams.hpp"
 
 namespace {
@@ -578,4 +585,225 @@ TEST_CASE("the placeholder observer gives LibTorch a dynamic quantized::linear_d
         CHECK(sqnr > 36.0);  // measured 37.1 dB; 1 dB under it, as above
     }
     CHECK((at::globalContext().qEngine() == engine_before));
+}
+
+// ---- The compiled statistics against the TorchScript port they replace ----------------------
+
+namespace {
+
+namespace reference = versatil::testing::reference_observers;
+
+// Every buffer of two observers equal, bit for bit (NaN never occurs: the data is finite).
+void require_same_state(torch::jit::Module& native, torch::jit::Module& ported) {
+    for (const char* name : {"min_val", "max_val", "histogram"}) {
+        if (!native.hasattr(name)) continue;
+        const std::string buffer = name;
+        CAPTURE(buffer);
+        const torch::Tensor a = native.attr(name).toTensor();
+        const torch::Tensor b = ported.attr(name).toTensor();
+        REQUIRE(a.sizes() == b.sizes());
+        REQUIRE((a.scalar_type() == b.scalar_type()));
+        REQUIRE(torch::equal(a, b));
+    }
+}
+
+void require_same_qparams(torch::jit::Module& native, torch::jit::Module& ported) {
+    const observed_qparams a = qparams_of(native);
+    const observed_qparams b = qparams_of(ported);
+    REQUIRE(a.scale.sizes() == b.scale.sizes());
+    REQUIRE((a.scale.scalar_type() == b.scale.scalar_type()));
+    REQUIRE((a.zero_point.scalar_type() == b.zero_point.scalar_type()));
+    REQUIRE(torch::equal(a.scale, b.scale));
+    REQUIRE(torch::equal(a.zero_point, b.zero_point));
+}
+
+// Feeds `batches` to an observer of each kind for `spec`, requiring the same state after every
+// batch and the same qparams at the end.
+void require_same_observation(const quantization_spec& spec, const std::vector<torch::Tensor>& batches) {
+    torch::jit::Module native = make_observer(spec);
+    torch::jit::Module ported = reference::make_reference_observer(spec);
+    require_same_qparams(native, ported);  // unobserved
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+        CAPTURE(i);
+        feed(native, batches[i]);
+        ported.forward({batches[i]});
+        require_same_state(native, ported);
+    }
+    require_same_qparams(native, ported);
+}
+
+// Each observer of a prepared model by where it is called ("module path.method #N": the Nth
+// observer call in the method's graph, in node order), as the observers' own names (_observer_N)
+// follow the order of a hash map and differ between two preparations of one model.
+void collect_observer_calls(const torch::jit::Block* block, const std::string& prefix, const std::string& module_path,
+                            std::map<std::string, std::string>& observers) {
+    for (const torch::jit::Node* node : block->nodes()) {
+        for (const torch::jit::Block* inner : node->blocks()) collect_observer_calls(inner, prefix, module_path, observers);
+        if (node->kind() != c10::prim::CallMethod || node->input(0)->node()->kind() != c10::prim::GetAttr) continue;
+        const std::string attribute = node->input(0)->node()->s(c10::attr::name);
+        if (attribute.find("_observer_") == std::string::npos) continue;
+        const std::string key = prefix + " #" + std::to_string(observers.size());
+        observers[key] = module_path.empty() ? attribute : module_path + "." + attribute;
+    }
+}
+
+std::map<std::string, std::string> observers_by_call(const torch::jit::Module& model) {
+    std::map<std::string, std::string> all;
+    for (const auto& item : model.named_modules()) {
+        if (item.name.find("_observer_") != std::string::npos) continue;
+        for (const torch::jit::Method& method : item.value.get_methods()) {
+            std::map<std::string, std::string> in_method;
+            collect_observer_calls(method.graph()->block(), item.name + "." + method.name(), item.name, in_method);
+            all.insert(in_method.begin(), in_method.end());
+        }
+    }
+    return all;
+}
+
+// Activations of real images: Fashion-MNIST through convolutions and linears of random
+// weights, with and without relu, in batches whose range grows and shrinks.
+std::vector<torch::Tensor> real_activations(std::int64_t batches, std::uint64_t seed) {
+    versatil::testing::require_fashion_mnist();
+    const versatil::libtorch::dataset images =
+        versatil::libtorch::load_fashion_mnist(versatil::libtorch::fashion_mnist_split::train, batches * 32);
+    const at::Generator generator = at::detail::createCPUGenerator(seed);
+    const torch::Tensor conv_weight = at::randn({8, 1, 3, 3}, generator) * 0.5;
+    const torch::Tensor linear_weight = at::randn({16, 28 * 28}, generator) * 0.05;
+    std::vector<torch::Tensor> activations;
+    for (std::int64_t b = 0; b < batches; ++b) {
+        const torch::Tensor x = images.images.slice(0, b * 32, (b + 1) * 32);
+        const double gain = 1.0 + 0.25 * static_cast<double>(b % 3);
+        switch (b % 3) {
+            case 0: activations.push_back(at::conv2d(x, conv_weight) * gain); break;
+            case 1: activations.push_back(at::relu(at::conv2d(x, conv_weight)) * gain); break;
+            default: activations.push_back(at::linear(x.flatten(1), linear_weight) * gain); break;
+        }
+    }
+    return activations;
+}
+
+}  // namespace
+
+TEST_CASE("compiled statistics equal the TorchScript port bit for bit on Fashion-MNIST activations") {
+    const std::vector<torch::Tensor> activations = real_activations(9, 11);
+    for (const quantization_spec& base : {uint8_affine, int8_symmetric, uint8_symmetric, int8_affine}) {
+        for (const observer_kind kind : {observer_kind::min_max, observer_kind::moving_average_min_max,
+                                         observer_kind::histogram}) {
+            CAPTURE(versatil::to_string(kind));
+            CAPTURE(versatil::to_string(base.qscheme));
+            require_same_observation(with_observer(base, kind), activations);
+        }
+    }
+    // Per channel along the channel axis of the convolutions' outputs (dim 1) and of weights (dim 0).
+    std::vector<torch::Tensor> convolutions;
+    for (std::size_t i = 0; i < activations.size(); i += 3) convolutions.push_back(activations[i]);
+    for (const observer_kind kind :
+         {observer_kind::per_channel_min_max, observer_kind::moving_average_per_channel_min_max}) {
+        CAPTURE(versatil::to_string(kind));
+        require_same_observation(per_channel(int8_symmetric, 1, kind), convolutions);
+        require_same_observation(per_channel(uint8_affine, 0, kind), convolutions);
+    }
+    // A 32-bit destination (the bias spec's dtype) has 2^32 levels in the histogram's error model.
+    quantization_spec int32_spec{.dtype = dtype::int32, .quant_min = -(1 << 30), .quant_max = 1 << 30,
+                                 .qscheme = qscheme::per_tensor_symmetric, .observer = observer_kind::histogram};
+    require_same_observation(int32_spec, activations);
+}
+
+TEST_CASE("compiled histogram equals the TorchScript port on ranges that grow, shift and stay") {
+    // Each draw: several batches whose range moves in every way the combine step handles
+    // (widening at either end, by a little or by orders of magnitude, or not at all), over
+    // distributions from narrow and skewed to heavy-tailed, and one-sided ones.
+    for (std::uint64_t seed = 0; seed < 24; ++seed) {
+        CAPTURE(seed);
+        const at::Generator generator = at::detail::createCPUGenerator(seed);
+        std::vector<torch::Tensor> batches;
+        for (int b = 0; b < 6; ++b) {
+            const double scale = std::pow(10.0, at::randint(0, 2, {1}, generator).item<double>());
+            torch::Tensor x = at::randn({512 + 97 * b}, generator) * scale;
+            if (seed % 3 == 1) x = x.abs().pow(3);
+            if (seed % 3 == 2 && b % 2 == 1) x = x + 5.0 * scale;
+            if (seed % 4 == 3) x = at::relu(x);
+            batches.push_back(x);
+        }
+        require_same_observation(with_observer(uint8_affine, observer_kind::histogram), batches);
+        require_same_observation(with_observer(int8_symmetric, observer_kind::histogram), batches);
+    }
+}
+
+TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
+    // Each benchmark architecture prepared twice, once with the reference observers in its plan:
+    // calibrated on the same Fashion-MNIST batches, every observer must hold the same state and
+    // give the same qparams.
+    versatil::testing::require_fashion_mnist();
+    using namespace versatil::libtorch;
+    const dataset images = load_fashion_mnist(fashion_mnist_split::train, 256);
+    const std::vector<batch> batches = split_batches(images.images, 32);
+    for (const std::string backend : {"x86_inductor", "xnnpack"}) {
+        for (const auto& [name, model] : std::vector<std::pair<std::string, torch::jit::Module>>{
+                 {"mlp", mlp(0)}, {"resnet_cnn", resnet_cnn(0)}, {"mobilenet_cnn", mobilenet_cnn(0)},
+                 {"transformer_encoder", transformer_encoder(0)}}) {
+            CAPTURE(backend);
+            CAPTURE(name);
+            const auto quantizer = versatil::runtime_quantizer::compose({{"", *versatil::parse_backend_spec(backend)}});
+            const quantization_plan plan = plan_for(*quantizer);
+            quantization_plan ported_plan = plan;
+            for (const versatil::backend_quantizer& q : quantizer->quantizers()) {
+                const versatil::quantization_config& config = q.config();
+                target_qconfigs& qconfigs = ported_plan.qconfigs.find(q.module_path)->second;
+                const torch::jit::Module activation = reference::make_reference_observer(*config.input_activation);
+                qconfigs.standard = torch::jit::QConfig(activation, reference::make_reference_observer(*config.weight));
+                if (qconfigs.per_tensor_linear)
+                    qconfigs.per_tensor_linear = torch::jit::QConfig(
+                        activation, reference::make_reference_observer(versatil::libtorch::detail::per_tensor_weights(*config.weight)));
+            }
+            prepared_model native = prepare(model, plan);
+            prepared_model ported = prepare(model, ported_plan);
+            calibrate(native, batches, {false});
+            calibrate(ported, batches, {false});
+            const std::map<std::string, std::string> native_observers = observers_by_call(native.module);
+            const std::map<std::string, std::string> ported_observers = observers_by_call(ported.module);
+            REQUIRE(native_observers.size() == ported_observers.size());
+            int compared = 0;
+            for (const auto& [value, path] : native_observers) {
+                CAPTURE(value);
+                REQUIRE(ported_observers.count(value) == 1);
+                torch::jit::Module native_observer = find_submodule(native.module, path);
+                torch::jit::Module ported_observer = find_submodule(ported.module, ported_observers.at(value));
+                require_same_state(native_observer, ported_observer);
+                require_same_qparams(native_observer, ported_observer);
+                ++compared;
+            }
+            MESSAGE(backend << " " << name << ": " << compared << " observers equal");
+            CHECK(compared > 0);
+        }
+    }
+}
+
+TEST_CASE("the compiled histc puts every value in ATen's bin") {
+    using versatil::libtorch::observer_ops::histc;
+    const auto require_same = [](const torch::Tensor& values, std::int64_t bins, float min, float max) {
+        const torch::Tensor expected = torch::histc(values, bins, min, max);
+        const torch::Tensor got = histc(values, bins, min, max);
+        REQUIRE((got.scalar_type() == expected.scalar_type()));
+        REQUIRE(torch::equal(got, expected));
+    };
+    for (std::uint64_t seed = 0; seed < 16; ++seed) {
+        CAPTURE(seed);
+        const at::Generator generator = at::detail::createCPUGenerator(seed);
+        const torch::Tensor x = at::randn({20000}, generator) * std::pow(3.0, static_cast<double>(seed % 7) - 3.0);
+        const auto [low, high] = torch::aminmax(x);
+        const float min = low.item<float>();
+        const float max = high.item<float>();
+        require_same(x, 2048, min, max);
+        require_same(x, 256, min, max);
+        require_same(x, 2048, min * 0.5F, max * 0.25F);  // values outside the range are dropped
+        require_same(x, 7, min, max * 2.0F);
+        // Values on the bin edges themselves, where the float division decides.
+        const torch::Tensor edges = torch::linspace(min, max, 2049);
+        require_same(torch::cat({x, edges, edges.nextafter(edges + 1), edges.nextafter(edges - 1)}), 2048, min, max);
+    }
+    require_same(torch::full({100}, 2.5F), 2048, 2.5F, 2.5F);      // one value: the range is widened by 1
+    require_same(torch::tensor({1.0F, 3.0F}), 2048, 0.0F, 0.0F);     // no range given: the data's
+    require_same(torch::tensor({1.0F, std::nanf(""), 2.0F, 1.5F}), 16, 1.0F, 2.0F);  // NaN is skipped
+    require_same(torch::empty({0}), 16, 0.0F, 0.0F);
 }

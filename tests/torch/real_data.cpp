@@ -5,45 +5,15 @@
 #include "torch_test_helpers.hpp"
 
 #include "versatil/libtorch.hpp"
-#include "versatil/libtorch/demo/fashion_mnist.hpp"
-#include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;
 
 namespace {
 
-struct trained {
-    ::torch::jit::Module model;
-    quantize_data data;
-    double float_accuracy;
-};
-
-// Trains once per model kind and process; the tests share it.
-const trained& trained_model(const std::string& kind) {
-    static std::map<std::string, trained> cache;
-    if (auto found = cache.find(kind); found != cache.end()) return found->second;
-    const dataset train = load_fashion_mnist(fashion_mnist_split::train, 12000);
-    const dataset test = load_fashion_mnist(fashion_mnist_split::test, 2000);
-    ::torch::jit::Module model = kind == "mobilenet" ? mobilenet_cnn(0) : small_cnn_mlp(0);
-    training_options options;
-    options.steps = 400;
-    options.batch_size = 64;
-    options.learning_rate = 2e-3;
-    // One thread, whatever LibTorch's default on the machine, so that on one machine the trained
-    // weights, and the figures below, repeat (another thread count sums in another order).
-    options.num_threads = 1;
-    (void)train_classifier(model, train.images, train.labels, options);
-    quantize_data data = versatil::testing::fashion_mnist_data(train, test);
-    const double accuracy = top1_accuracy(model, test.images, test.labels);
-    return cache.emplace(kind, trained{model, std::move(data), accuracy}).first->second;
-}
-
-quantization_report quantize_with(const trained& t, std::string_view spec) {
-    auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
-    return quantize(t.model, *quantizer, t.data, {.per_layer = false, .progress = false}).report;
-}
+using versatil::testing::quantize_with;
+using versatil::testing::trained_classifier;
+using versatil::testing::trained_fashion_mnist;
 
 struct expectation {
     const char* spec;
@@ -54,7 +24,7 @@ struct expectation {
 // Accuracy within a point of float proves little if layers were silently left in float, so every
 // quantizable op must run quantized, and their number is the model's own. SQNR floors: see each
 // test case for the figures measured (torch_test_real_data -s) and the margin's reason.
-void check_quantized(const trained& t, const expectation& e) {
+void check_quantized(const trained_classifier& t, const expectation& e) {
     const std::string spec = e.spec;
     CAPTURE(spec);
     const quantization_report report = quantize_with(t, e.spec);
@@ -71,7 +41,7 @@ void check_quantized(const trained& t, const expectation& e) {
 
 TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every backend") {
     versatil::testing::require_fashion_mnist();
-    const trained& t = trained_model("cnn");
+    const trained_classifier& t = trained_fashion_mnist("cnn");
     MESSAGE("float top-1: " << t.float_accuracy);
     REQUIRE(t.float_accuracy > 0.80);  // a real model, not chance (0.10)
     // Two convolutions and two linears. SQNR measured 38.9, 38.7, 38.4, 44.8 and 49.6 dB (in the
@@ -86,7 +56,7 @@ TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every back
 
 TEST_CASE("the depthwise-separable CNN keeps its top-1 within one point with xnnpack's per-channel default") {
     versatil::testing::require_fashion_mnist();
-    const trained& t = trained_model("mobilenet");
+    const trained_classifier& t = trained_fashion_mnist("mobilenet");
     MESSAGE("float top-1: " << t.float_accuracy);
     REQUIRE(t.float_accuracy > 0.75);
     // The stem convolution, a depthwise and a pointwise convolution in each of three blocks, the fc.

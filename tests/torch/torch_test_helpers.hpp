@@ -9,14 +9,18 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../runtime/environment_helpers.hpp"
 #include "versatil/libtorch/pipeline/calibrate.hpp"
+#include "versatil/backends/catalogue.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/pipeline/quantize.hpp"
+#include "versatil/libtorch/pipeline/training.hpp"
 
 namespace versatil::testing {
 
@@ -85,6 +89,41 @@ inline libtorch::quantize_data fashion_mnist_data(const libtorch::dataset& train
     data.train_inputs = train.images;
     data.train_labels = train.labels;
     return data;
+}
+
+// A demo model trained on Fashion-MNIST, with the quantize flow's data (fashion_mnist_data).
+struct trained_classifier {
+    ::torch::jit::Module model;
+    libtorch::quantize_data data;
+    double float_accuracy = 0.0;  // top-1 on the test set
+};
+
+// Trains once per kind ("cnn": small_cnn_mlp, "mobilenet": mobilenet_cnn, "mlp": mlp of 3 x 128)
+// and process; the tests of a file share it.
+inline const trained_classifier& trained_fashion_mnist(const std::string& kind) {
+    static std::map<std::string, trained_classifier> cache;
+    if (auto found = cache.find(kind); found != cache.end()) return found->second;
+    const libtorch::dataset train = libtorch::load_fashion_mnist(libtorch::fashion_mnist_split::train, 12000);
+    const libtorch::dataset test = libtorch::load_fashion_mnist(libtorch::fashion_mnist_split::test, 2000);
+    ::torch::jit::Module model = kind == "mobilenet" ? libtorch::mobilenet_cnn(0)
+                                 : kind == "mlp"     ? libtorch::mlp(0, 128, 3)
+                                                     : libtorch::small_cnn_mlp(0);
+    libtorch::training_options options;
+    options.steps = 400;
+    options.batch_size = 64;
+    options.learning_rate = 2e-3;
+    // One thread, whatever LibTorch's default on the machine, so that on one machine the trained
+    // weights, and the figures measured on them, repeat (another thread count sums in another order).
+    options.num_threads = 1;
+    (void)libtorch::train_classifier(model, train.images, train.labels, options);
+    const double accuracy = libtorch::top1_accuracy(model, test.images, test.labels);
+    return cache.emplace(kind, trained_classifier{model, fashion_mnist_data(train, test), accuracy}).first->second;
+}
+
+// The whole model quantized with one backend spec ("xnnpack:per_tensor"), its report.
+inline libtorch::quantization_report quantize_with(const trained_classifier& t, std::string_view spec) {
+    auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
+    return libtorch::quantize(t.model, *quantizer, t.data, {.per_layer = false, .progress = false}).report;
 }
 
 }  // namespace versatil::testing

@@ -4,7 +4,15 @@
 //   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
 //                     [--out Q.pt] [--report R.json] [--export H.hpp [--export-namespace NAME]]
 //                     [--batch N] [--threads N]
-//                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer] [--verbose]
+//                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer]
+//                     [--per-layer-samples N] [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
+//                     [--RANK R --WORLD_SIZE N --MASTER_ADDR HOST --MASTER_PORT PORT [--dist-timeout S]]
+//
+// With a world size above one (flags, or torchrun's variables of the same names), every
+// process runs the same command: each observes its share of the calibration batches, the
+// observers' statistics are merged over LibTorch's c10d (Gloo), and rank 0 alone converts,
+// measures and writes. A process that never joins or dies makes the others fail within the
+// timeout, writing nothing.
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
 // and prints the report. Targets with the qat option are trained first (on the data file's
@@ -30,6 +38,10 @@
 #include "versatil/libtorch/files/data_file.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/distributed/world.hpp"
+#ifdef USE_C10D_GLOO
+#include "versatil/libtorch/distributed/calibration.hpp"
+#endif
 
 namespace {
 
@@ -93,13 +105,17 @@ int main(int argc, char** argv) {
     std::int64_t batch = 1;
     int threads = 1;
     bool per_layer = true;
+    std::int64_t per_layer_samples = quantize_options{}.per_layer_samples;
     bool verbose = false;
     qat_options qat;
+    accuracy_target target;
     app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
     app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
     app.add_option("--target", target_texts,
                    "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor, xnnpack or cortex_m, OPT dynamic, qat, "
-                   "reduce_range or per_tensor; PATH=none keeps PATH float (default: =x86_inductor, the whole model)");
+                   "reduce_range (x86), per_tensor (xnnpack, cortex_m), cle (cross-layer equalization) or "
+                   "bias_correction (static; cle and bias_correction: x86_inductor, xnnpack); PATH=none keeps PATH "
+                   "float (default: =x86_inductor, the whole model)");
     app.add_option("--out", out_path, "where to save the quantized TorchScript model");
     app.add_option("--report", report_path, "where to write the report as JSON");
     app.add_option("--export", export_path,
@@ -111,11 +127,28 @@ int main(int argc, char** argv) {
         app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat)")
             ->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
-    app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one extra quantization per layer)");
+    app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
+    app.add_option("--per-layer-samples", per_layer_samples,
+                   "evaluation samples the per-layer analysis runs on (default 0: all)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--min-sqnr", target.min_sqnr_db,
+                   "accuracy target: keep in float the fewest layers, worst per-layer SQNR first, until the output "
+                   "SQNR is at least DB (exit 2, nothing written, if no step reaches it)");
+    app.add_option("--max-accuracy-drop", target.max_accuracy_drop,
+                   "accuracy target: as --min-sqnr, until top-1 is at most POINTS below the float model's (needs "
+                   "the data file's test and test_labels)");
     app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
     app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
                    "QAT: stop moving quantization ranges after this many steps (default: never)");
+    world_flags world_given;
+    app.add_option("--RANK", world_given.rank, "this process's rank, 0 to WORLD_SIZE - 1 (default: $RANK)");
+    app.add_option("--WORLD_SIZE", world_given.world_size,
+                   "processes calibrating together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs");
+    app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)");
+    app.add_option("--MASTER_PORT", world_given.master_port, "a free TCP port on rank 0's host (default: $MASTER_PORT)");
+    app.add_option("--dist-timeout", world_given.timeout_seconds,
+                   "seconds to wait for the other processes to join or answer before failing (default 300)");
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
     app.set_version_flag("--version", version_text, "print versatil's version, LibTorch's and its quantized engines");
     CLI11_PARSE(app, argc, argv);
@@ -139,6 +172,15 @@ int main(int argc, char** argv) {
             refuse_input_as_output(*export_path, model_path);
         }
 
+        const world_config world = world_from(world_given);
+        if (world.is_distributed() && !target.empty())
+            throw error(error_kind::invalid_argument,
+                        "an accuracy target quantizes again per step, which the other processes do not take part in; "
+                        "use it with one process (WORLD_SIZE=1)");
+        if (world.is_distributed() && quantizer->is_qat())
+            throw error(error_kind::invalid_argument,
+                        "QAT across processes is not supported yet; train with one process (WORLD_SIZE=1)");
+
         inputs in = model_path ? from_files(*model_path, data_path) : embedded_default();
         if (model_path && in.data.calibration.empty() && in.data.evaluation.empty())
             throw error(error_kind::no_calibration_data,
@@ -154,9 +196,38 @@ int main(int argc, char** argv) {
             in.data.train_inputs = inputs;
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
-        quantization_result result =
-            quantize(in.model, *quantizer, in.data,
-                     {.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat});
+        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat,
+                                 .per_layer_samples = per_layer_samples};
+#ifdef USE_C10D_GLOO
+        std::optional<process_group> group = process_group::join(world);
+        if (group)
+            std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
+                         world.master_addr.c_str(), static_cast<unsigned>(world.master_port));
+        distributed_calibration calibrated;
+        if (group)
+            options.calibrate_with = [&](prepared_model& prepared, const std::vector<libtorch::batch>& batches) {
+                calibrated = calibrate_distributed(prepared, batches, *group, {.progress = world.writes_outputs()});
+            };
+        if (!world.writes_outputs()) {
+            calibrate_only(in.model, *quantizer, in.data, options);
+            std::printf("versatil-quantize: %s observed %lld calibration samples; rank 0 converts and writes\n",
+                        describe(world).c_str(),
+                        static_cast<long long>(calibrated.samples_per_rank.at(static_cast<std::size_t>(world.rank))));
+            return 0;
+        }
+#else
+        if (world.is_distributed())
+            throw error(error_kind::invalid_argument,
+                        "this versatil-quantize was built without LibTorch's Gloo process group (libgloo-dev); "
+                        "run it with WORLD_SIZE=1");
+#endif
+        quantization_result result = quantize_to_target(in.model, *quantizer, in.data, target, options);
+#ifdef USE_C10D_GLOO
+        if (group) {
+            result.report.world_size = world.size;
+            result.report.samples_per_rank = calibrated.samples_per_rank;
+        }
+#endif
         std::optional<firmware_export> exported;
         if (export_path) {
             exported = export_firmware(in.model, result.model,

@@ -3,10 +3,14 @@
 // run-time choice meets the compile-time policy types.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "versatil/backends/cortex_m.hpp"
 #include "versatil/backends/x86_inductor.hpp"
@@ -27,15 +31,18 @@ constexpr auto concatenate(const std::array<const backend_descriptor*, N>&... pa
     return all;
 }
 
-// A policy under every subset of its options: `Chosen` plus each subset of the rest.
+// A policy under every subset of its options that combine (options_combine): `Chosen` plus
+// each subset of the rest.
 template <template <auto...> class Policy, auto... Chosen>
 struct option_subsets {
     template <auto... Rest>
     static constexpr auto of() {
-        if constexpr (sizeof...(Rest) == 0)
+        if constexpr (sizeof...(Rest) != 0)
+            return without_and_with<Rest...>();
+        else if constexpr (options_combine<Chosen...>)
             return std::array<const backend_descriptor*, 1>{&descriptor_of<Policy<Chosen...>>};
         else
-            return without_and_with<Rest...>();
+            return std::array<const backend_descriptor*, 0>{};
     }
     template <auto First, auto... Rest>
     static constexpr auto without_and_with() {
@@ -46,6 +53,17 @@ struct option_subsets {
 
 template <template <auto...> class Policy, auto... Options>
 inline constexpr auto every_option_subset = option_subsets<Policy>::template of<Options...>();
+
+// The same, and each combining subset again with each calibration method.
+template <template <auto...> class Policy, auto... Options>
+inline constexpr auto every_option_subset_and_calibration = concatenate(
+    every_option_subset<Policy, Options...>,
+    option_subsets<Policy, calibration<calibration_method::minmax>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::moving_minmax>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::histogram>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::percentile>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::entropy>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::automatic>>::template of<Options...>());
 }  // namespace detail
 
 // The built-in backends' policy templates: layers above the core give each its traits (the
@@ -53,8 +71,8 @@ inline constexpr auto every_option_subset = option_subsets<Policy>::template of<
 using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
 
 inline constexpr auto builtin_backends =
-    detail::concatenate(detail::every_option_subset<X86Inductor, dynamic, qat, reduce_range>,
-                        detail::every_option_subset<XNNPACK, dynamic, qat, per_tensor>,
+    detail::concatenate(detail::every_option_subset_and_calibration<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction>,
+                        detail::every_option_subset_and_calibration<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>,
                         detail::every_option_subset<CortexM, qat, per_tensor>);
 
 namespace detail {
@@ -84,10 +102,41 @@ constexpr std::string_view next_token(std::string_view& rest, char separator) no
     return token;
 }
 
+constexpr bool is_calibration(std::string_view option) noexcept {
+    return option == "calibration" || option.starts_with("calibration=");
+}
+
+// Whether `options` lists `option`; "calibration" stands for any "calibration=METHOD".
 constexpr bool lists_option(std::string_view options, std::string_view option) noexcept {
-    while (!options.empty())
-        if (next_token(options, ',') == option) return true;
+    while (!options.empty()) {
+        const std::string_view token = next_token(options, ',');
+        if (token == option || (option == "calibration" && is_calibration(token))) return true;
+    }
     return false;
+}
+
+// The options of the backend `name` in any of its configurations, each after the one it follows
+// in a configuration that has both (the widest configurations first), so in the policy's order.
+inline std::vector<std::string_view> known_options(std::span<const backend_descriptor* const> catalogue,
+                                                   std::string_view name) {
+    std::vector<const backend_descriptor*> configurations;
+    for (const backend_descriptor* descriptor : catalogue)
+        if (descriptor->name == name) configurations.push_back(descriptor);
+    const auto option_count = [](const backend_descriptor* d) {
+        return d->options.empty() ? 0 : 1 + std::ranges::count(d->options, ',');
+    };
+    std::ranges::stable_sort(configurations, std::greater{}, option_count);
+    std::vector<std::string_view> known;
+    for (const backend_descriptor* descriptor : configurations) {
+        auto after = known.begin();
+        for (std::string_view rest = descriptor->options; !rest.empty();) {
+            const std::string_view option = next_token(rest, ',');
+            auto found = std::ranges::find(known, option);
+            if (found == known.end()) found = known.insert(after, option);
+            after = found + 1;
+        }
+    }
+    return known;
 }
 
 inline std::string known_names(std::span<const backend_descriptor* const> catalogue) {
@@ -107,17 +156,20 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
     const std::string_view name = spec.substr(0, colon);
     const std::string_view options = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
 
-    const backend_descriptor* widest = nullptr;  // the configuration with every option
-    for (const backend_descriptor* descriptor : catalogue)
-        if (descriptor->name == name && (!widest || descriptor->options.size() > widest->options.size()))
-            widest = descriptor;
-    if (widest == nullptr)
+    // Every option some configuration of the backend takes, in the policy's order (options that
+    // do not combine are in no one configuration together).
+    const std::vector<std::string_view> known = detail::known_options(catalogue, name);
+    if (std::ranges::none_of(catalogue, [&](const backend_descriptor* d) { return d->name == name; }))
         return backend_spec_error{"unknown backend '" + std::string(name) +
                                   "' (known: " + detail::known_names(catalogue) + ")"};
 
     const auto accepted = [&] {
-        std::string list(widest->options);
-        for (char& c : list) c = c == ',' ? ' ' : c;
+        std::string list;
+        bool calibration_listed = false;  // one "calibration=METHOD" for the six methods
+        for (const std::string_view option : known) {
+            if (detail::is_calibration(option) && std::exchange(calibration_listed, true)) continue;
+            list.append(list.empty() ? "" : " ").append(detail::is_calibration(option) ? "calibration=METHOD" : option);
+        }
         return " (" + std::string(name) + " accepts: " + list + ")";
     };
     if (colon != std::string_view::npos && options.empty())
@@ -130,13 +182,30 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
         const std::string_view before = options.substr(0, options.size() - rest.size());
         const std::string_view option = detail::next_token(rest, ',');
         ++count;
-        if (!detail::lists_option(widest->options, option))
+        if (detail::is_calibration(option)) {
+            const std::string_view method = option.substr(std::min(option.size(), std::size_t{12}));
+            if (!parse_calibration_method(method))
+                return backend_spec_error{
+                    (method.empty() ? "option 'calibration' needs a method, calibration=METHOD"
+                                    : "unknown calibration method '" + std::string(method) + "'") +
+                    " in '" + std::string(spec) + "' (methods: " + std::string(calibration_method_names) + ")"};
+            if (detail::lists_option(before, "calibration"))
+                return backend_spec_error{"more than one calibration method in '" + std::string(spec) +
+                                          "' (a target calibrates with one)"};
+        }
+        if (std::ranges::find(known, option) == known.end())
             return backend_spec_error{"unknown option '" + std::string(option) + "' for backend '" +
                                       std::string(name) + "'" + accepted()};
         if (detail::lists_option(before, option))
             return backend_spec_error{"option '" + std::string(option) + "' given twice in '" + std::string(spec) +
                                       "'"};
     }
+
+    for (const option_conflict& conflict : option_conflicts)
+        if (detail::lists_option(options, conflict.option) && detail::lists_option(options, conflict.other))
+            return backend_spec_error{"options '" + std::string(conflict.option) + "' and '" +
+                                      std::string(conflict.other) + "' do not combine in '" + std::string(spec) +
+                                      "': " + std::string(conflict.reason)};
 
     for (const backend_descriptor* descriptor : catalogue) {
         if (descriptor->name != name) continue;

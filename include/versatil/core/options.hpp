@@ -5,9 +5,12 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
+#include <utility>
 #include <string_view>
 #include <type_traits>
 
+#include "versatil/core/calibration.hpp"
 #include "versatil/core/fixed_string.hpp"
 
 namespace versatil {
@@ -25,11 +28,41 @@ struct reduce_range_t {
 struct per_tensor_t {
     static constexpr std::string_view name = "per_tensor";
 };
+struct cle_t {
+    static constexpr std::string_view name = "cle";
+};
+struct bias_correction_t {
+    static constexpr std::string_view name = "bias_correction";
+};
+
+// The calibration method of static activations (calibration.hpp), one option per method
+// (`calibration<calibration_method::entropy>`, "calibration=entropy" at run time); at most one.
+template <calibration_method Method>
+struct calibration_t {
+    static constexpr calibration_method method = Method;
+    static constexpr auto spelled = [] {
+        constexpr std::string_view prefix = "calibration=";
+        std::array<char, 32> chars{};
+        std::size_t size = 0;
+        for (char c : prefix) chars[size++] = c;
+        for (char c : to_string(Method)) chars[size++] = c;
+        return std::pair{chars, size};
+    }();
+    static constexpr std::string_view name{spelled.first.data(), spelled.second};
+};
 
 inline constexpr dynamic_t dynamic{};            // activations quantized at run time
 inline constexpr qat_t qat{};                    // fake-quantize for quantization-aware training
 inline constexpr reduce_range_t reduce_range{};  // 7-bit activations (x86 without VNNI)
 inline constexpr per_tensor_t per_tensor{};      // one weight scale per tensor, not per channel
+// Cross-layer equalization (Nagel et al. 2019): conv/linear -> relu -> conv/linear chains
+// rescaled, exactly in float, so that paired weight channels have equal ranges.
+inline constexpr cle_t cle{};
+// Empirical bias correction: each layer's mean output shift under quantization, measured on
+// the calibration data, subtracted from its bias. Static post-training quantization only.
+inline constexpr bias_correction_t bias_correction{};
+template <calibration_method Method>
+inline constexpr calibration_t<Method> calibration{};
 
 }  // namespace options
 
@@ -68,6 +101,105 @@ inline constexpr bool options_are_valid =
 
 template <class Option, auto... Given>
 inline constexpr bool has_option = detail::option_count<Option, Given...> > 0;
+
+namespace detail {
+template <class Option>
+inline constexpr bool is_calibration_option = false;
+template <calibration_method Method>
+inline constexpr bool is_calibration_option<calibration_t<Method>> = true;
+
+template <auto Option>
+constexpr std::optional<calibration_method> calibration_in() {
+    if constexpr (is_calibration_option<std::remove_cvref_t<decltype(Option)>>)
+        return std::remove_cvref_t<decltype(Option)>::method;
+    else
+        return std::nullopt;
+}
+}  // namespace detail
+
+// How many calibration options `Given` holds (a policy takes at most one).
+template <auto... Given>
+inline constexpr std::size_t calibration_count =
+    (std::size_t{0} + ... + detail::is_calibration_option<std::remove_cvref_t<decltype(Given)>>);
+
+// The calibration method `Given` chooses; none for the backend's default.
+template <auto... Given>
+inline constexpr std::optional<calibration_method> calibration_option = [] {
+    std::optional<calibration_method> method;
+    ((method = detail::calibration_in<Given>() ? detail::calibration_in<Given>() : method), ...);
+    return method;
+}();
+
+// The accepted options of a policy that takes a calibration method: `Options...` and one
+// calibration_t per method.
+template <class... Options>
+using with_calibration_options =
+    option_list<Options..., calibration_t<calibration_method::minmax>, calibration_t<calibration_method::moving_minmax>,
+                calibration_t<calibration_method::histogram>, calibration_t<calibration_method::percentile>,
+                calibration_t<calibration_method::entropy>, calibration_t<calibration_method::automatic>>;
+
+// Options that exclude each other whatever the backend, with the reason: the run-time spec
+// parser reports these; policies reject the same pairs at compile time (options_combine).
+struct option_conflict {
+    std::string_view option;
+    std::string_view other;
+    std::string_view reason;
+};
+
+inline constexpr std::array option_conflicts{
+    option_conflict{"bias_correction", "dynamic",
+                    "bias correction is measured on calibration data, and dynamic quantization takes none (its "
+                    "activation ranges are taken at run time)"},
+    option_conflict{"bias_correction", "qat",
+                    "quantization-aware training learns its biases with quantization in the loop; bias correction "
+                    "is for post-training quantization"},
+    option_conflict{"calibration", "dynamic",
+                    "dynamic quantization takes activation ranges at run time, so there is nothing to calibrate"},
+    option_conflict{"calibration", "qat",
+                    "quantization-aware training observes activations through its fake-quantize modules' moving "
+                    "averages; calibration methods are for post-training quantization"},
+};
+
+// True when no two of `Given` conflict; the catalogue enumerates only such combinations.
+template <auto... Given>
+inline constexpr bool options_combine =
+    !(has_option<bias_correction_t, Given...> && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
+    !(calibration_count<Given...> != 0 && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
+    calibration_count<Given...> <= 1;
+
+namespace detail {
+// Instantiated by a policy with conflicting options; the instantiation names the policy, the
+// assertion the rule (option_conflicts holds the same rules as text).
+template <fixed_string Policy, bool BiasCorrection, bool Dynamic, bool Qat, std::size_t Calibrations = 0>
+struct check_option_combination {
+    static_assert(Calibrations <= 1,
+                  "versatil: more than one 'calibration' option: a policy calibrates its activations with one "
+                  "method (the policy is named in the instantiation above)");
+    static_assert(!(Calibrations != 0 && Dynamic),
+                  "versatil: options 'calibration' and 'dynamic' do not combine: dynamic quantization takes "
+                  "activation ranges at run time, so there is nothing to calibrate (the policy is named in the "
+                  "instantiation above)");
+    static_assert(!(Calibrations != 0 && Qat),
+                  "versatil: options 'calibration' and 'qat' do not combine: quantization-aware training observes "
+                  "activations through moving averages; calibration methods are for post-training quantization (the "
+                  "policy is named in the instantiation above)");
+    static_assert(!(BiasCorrection && Dynamic),
+                  "versatil: options 'bias_correction' and 'dynamic' do not combine: bias correction is measured on "
+                  "calibration data, and dynamic quantization takes none (the policy is named in the instantiation "
+                  "above)");
+    static_assert(!(BiasCorrection && Qat),
+                  "versatil: options 'bias_correction' and 'qat' do not combine: quantization-aware training learns "
+                  "its biases; bias correction is for post-training quantization (the policy is named in the "
+                  "instantiation above)");
+    static constexpr bool value = true;
+};
+}  // namespace detail
+
+// True when `Given` combine; otherwise a compile error naming `Policy` and the rule.
+template <fixed_string Policy, auto... Given>
+inline constexpr bool options_are_compatible =
+    detail::check_option_combination<Policy, has_option<bias_correction_t, Given...>, has_option<dynamic_t, Given...>,
+                                     has_option<qat_t, Given...>, calibration_count<Given...>>::value;
 
 namespace detail {
 template <class Accepted, auto... Given>

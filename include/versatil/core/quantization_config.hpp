@@ -14,6 +14,11 @@ struct quantization_config {
     std::optional<quantization_spec> weight;
     std::optional<quantization_spec> bias;  // none: bias stays float, as in both backends
     bool is_qat = false;
+    // Steps that improve accuracy beyond the specs (the cle and bias_correction options):
+    // conv/linear chains equalized in float before observers go in; each layer's mean output
+    // shift, measured on the calibration data after calibrating, removed from its bias.
+    bool cross_layer_equalization = false;
+    bool bias_correction = false;
 
     friend constexpr bool operator==(const quantization_config&, const quantization_config&) = default;
 };
@@ -22,6 +27,14 @@ constexpr bool is_valid(const quantization_config& config) noexcept {
     const auto valid = [](const std::optional<quantization_spec>& spec) { return !spec || is_valid(*spec); };
     return valid(config.input_activation) && valid(config.output_activation) && valid(config.weight) &&
            valid(config.bias);
+}
+
+// `config` with the accuracy steps of a policy's options switched on.
+constexpr quantization_config with_accuracy_steps(quantization_config config, bool cross_layer_equalization,
+                                                  bool bias_correction) noexcept {
+    config.cross_layer_equalization = cross_layer_equalization;
+    config.bias_correction = bias_correction;
+    return config;
 }
 
 constexpr bool is_dynamic(const quantization_config& config) noexcept {

@@ -24,6 +24,11 @@ enum class observer_kind : std::uint8_t {
     per_channel_min_max,
     moving_average_per_channel_min_max,
     histogram,    // MSE-minimising range search over a histogram
+    // The same histogram, its range chosen otherwise (calibration.hpp): quantiles, TensorRT's
+    // KL divergence, or the lowest quantization error among the candidate ranges.
+    histogram_percentile,
+    histogram_entropy,
+    histogram_auto,
     placeholder,  // dynamic quantization: the range is taken at run time
     derived,      // nothing observed: the scale follows from other tensors' (an int32 bias at
                   // input_scale * weight_scale, per output channel with per-channel weights)
@@ -56,6 +61,9 @@ constexpr std::string_view to_string(observer_kind value) noexcept {
         case observer_kind::per_channel_min_max: return "per_channel_min_max";
         case observer_kind::moving_average_per_channel_min_max: return "moving_average_per_channel_min_max";
         case observer_kind::histogram: return "histogram";
+        case observer_kind::histogram_percentile: return "histogram_percentile";
+        case observer_kind::histogram_entropy: return "histogram_entropy";
+        case observer_kind::histogram_auto: return "histogram_auto";
         case observer_kind::placeholder: return "placeholder";
         case observer_kind::derived: return "derived";
     }
@@ -70,6 +78,11 @@ constexpr bool is_symmetric(qscheme scheme) noexcept {
 }
 constexpr bool is_per_channel(observer_kind kind) noexcept {
     return kind == observer_kind::per_channel_min_max || kind == observer_kind::moving_average_per_channel_min_max;
+}
+// The kinds that keep a histogram of what they see.
+constexpr bool is_histogram(observer_kind kind) noexcept {
+    return kind == observer_kind::histogram || kind == observer_kind::histogram_percentile ||
+           kind == observer_kind::histogram_entropy || kind == observer_kind::histogram_auto;
 }
 constexpr bool is_moving_average(observer_kind kind) noexcept {
     return kind == observer_kind::moving_average_min_max || kind == observer_kind::moving_average_per_channel_min_max;

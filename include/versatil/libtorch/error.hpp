@@ -29,6 +29,8 @@ enum class error_kind {
     unsupported_model,         // the model uses something this LibTorch cannot quantize
     unsupported_export,        // the quantized model uses an op or shape firmware export has no kernel for
     machine_fault,             // the machine, not the input: out of memory, a process killed
+    distributed_failure,       // another process of the world never joined, died or stopped answering
+    accuracy_target_unmet,     // --min-sqnr / --max-accuracy-drop not reached even with all layers but one in float
 };
 
 constexpr std::string_view to_string(error_kind kind) noexcept {
@@ -48,6 +50,8 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
         case error_kind::unsupported_model: return "unsupported_model";
         case error_kind::unsupported_export: return "unsupported_export";
         case error_kind::machine_fault: return "machine_fault";
+        case error_kind::distributed_failure: return "distributed_failure";
+        case error_kind::accuracy_target_unmet: return "accuracy_target_unmet";
     }
     return "unknown";
 }

@@ -3,6 +3,7 @@
 // it can poison an observer.
 #pragma once
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <string>
@@ -65,6 +66,10 @@ inline void calibrate(prepared_model& prepared, const std::vector<batch>& batche
     }
     for (std::size_t i = 0; i < batches.size(); ++i) detail::check_batch(batches[i], i);
     const ::torch::NoGradGuard no_grad;
+    // Each graph runs a few times only: LibTorch's profiling executor would spend longer
+    // optimizing the prepared model's graphs (and respecializing the observers' shared graphs
+    // for every tensor shape they see) than running them.
+    const ::torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
     progress_bar bar("calibrating", static_cast<std::int64_t>(batches.size()), options.progress);
     for (std::size_t i = 0; i < batches.size(); ++i) {
         const auto does_not_fit = [&](const std::exception& failure) {

@@ -34,7 +34,9 @@ inline nlohmann::json to_json(const quantization_config& config) {
             {"output_activation", to_json(config.output_activation)},
             {"weight", to_json(config.weight)},
             {"bias", to_json(config.bias)},
-            {"is_qat", config.is_qat}};
+            {"is_qat", config.is_qat},
+            {"cross_layer_equalization", config.cross_layer_equalization},
+            {"bias_correction", config.bias_correction}};
 }
 
 // A target as "path", "backend" (exclude_spec for an exclude), "options" and "config".

@@ -16,7 +16,7 @@ inline converted_model convert(const prepared_model& prepared) {
     try {
         return {::torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
                                                  prepared.plan.quant_type),
-                prepared.plan, prepared.adjustments};
+                prepared.plan, prepared.adjustments, prepared.float_model};
     } catch (const std::exception& failure) {
         throw error(error_kind::unsupported_model,
                     "LibTorch cannot insert quantize/dequantize pairs in this model: " + one_line(failure));

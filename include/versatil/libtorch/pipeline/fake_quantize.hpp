@@ -51,8 +51,8 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
     module.register_attribute("fake_quant_enabled", c10::BoolType::get(), true);
     module.register_buffer("min_val", ::torch::zeros({0}));
     module.register_buffer("max_val", ::torch::zeros({0}));
-    module.define(std::string(observer_detail::qparams_source) + observer_detail::statistics_source(kind, "_observe") +
-                  std::string(observer_detail::range_source(kind)) + std::string(forward_source));
+    observer_detail::define_observer_methods(module, kind, "_observe");
+    module.define(std::string(forward_source));
     module.run_method("reset_min_max_vals");
     return module;
 }

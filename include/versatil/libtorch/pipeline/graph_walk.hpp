@@ -5,7 +5,9 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/script.h>
 
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -58,6 +60,22 @@ inline std::vector<std::shared_ptr<::torch::jit::Graph>> all_method_graphs(const
         for (auto& graph : method_graphs(item.value.type())) graphs.push_back(std::move(graph));
     }
     return graphs;
+}
+
+// The module path of every module value of a method graph that reads submodules from `self`
+// (its first input, path "") by attribute chains, as an inlined forward does: "features.0".
+inline std::map<const ::torch::jit::Value*, std::string> module_value_paths(const std::shared_ptr<::torch::jit::Graph>& graph) {
+    std::map<const ::torch::jit::Value*, std::string> paths;
+    if (graph->inputs().empty()) return paths;
+    paths.emplace(graph->inputs()[0], "");
+    for_each_node(graph->block(), [&](const ::torch::jit::Node* node) {
+        if (node->kind() != c10::prim::GetAttr || !node->output()->type()->cast<c10::ClassType>()) return;
+        const auto parent = paths.find(node->input());
+        if (parent == paths.end()) return;
+        const std::string name = node->s(c10::attr::name);
+        paths.emplace(node->output(), parent->second.empty() ? name : parent->second + "." + name);
+    });
+    return paths;
 }
 
 }  // namespace versatil::libtorch

@@ -76,6 +76,26 @@ struct lowering_options {
     std::optional<int> threads;
 };
 
+namespace detail {
+
+// One forward on options.sample proves the engine runs the lowered model: some unsupported
+// configurations only fail there. On a deep copy (fresh packed weights): oneDNN's quantized
+// conv keeps the primitive of its first input shape, so a check at the sample's batch size
+// would slow every later call at another one.
+inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quantization_plan& plan,
+                               const lowering_options& options) {
+    if (!options.sample) return;
+    const ::torch::NoGradGuard no_grad;
+    try {
+        lowered.deepcopy().forward(options.sample->arguments());
+    } catch (const std::exception& failure) {
+        throw error(error_kind::lowering_failed,
+                    "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
+    }
+}
+
+}  // namespace detail
+
 inline lowered_model lower(const converted_model& converted, const lowering_options& options = {}) {
     const quantization_plan& plan = converted.plan;
     const auto environment = plan.quantizer.environment_context();
@@ -101,19 +121,8 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
         throw error(error_kind::lowering_failed,
                     "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
     }
-    if (options.sample) {
-        // On a deep copy (fresh packed weights): oneDNN's quantized conv keeps the primitive
-        // of its first input shape, so a check at the sample's batch size would slow every
-        // later call at another one.
-        const ::torch::NoGradGuard no_grad;
-        try {
-            lowered.deepcopy().forward(options.sample->arguments());
-        } catch (const std::exception& failure) {
-            throw error(error_kind::lowering_failed,
-                        "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
-        }
-    }
-    return {lowered, plan, std::move(adjustments)};
+    detail::check_lowered_runs(lowered, plan, options);
+    return {lowered, plan, std::move(adjustments), std::nullopt};
 }
 
 }  // namespace versatil::libtorch

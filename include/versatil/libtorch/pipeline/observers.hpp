@@ -6,7 +6,8 @@
 // C++, compiled once per kind; make_observer deep-copies that prototype (same class type, no
 // compilation) and writes the spec's values into it.
 //
-// The statistics follow torch.ao.quantization.observer (PyTorch 1.13). The qparams follow
+// The statistics follow torch.ao.quantization.observer (PyTorch 1.13) and run as compiled
+// operators that forward calls (observer_ops.hpp). The qparams follow
 // versatil::math::choose_qparams exactly, which is PyTorch's _calculate_qparams except that a
 // range too wide for float32 gives the largest finite scale, not infinity.
 #pragma once
@@ -15,54 +16,77 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "versatil/core/quantization_spec.hpp"
 #include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/histogram_ranges.hpp"
+#include "versatil/libtorch/pipeline/observer_ops.hpp"
 
 namespace versatil::libtorch {
 
 namespace observer_detail {
 
-// TorchScript `float(x)` for the constants below: the literal must parse back to the same
-// double, and FLT_MAX's shortest round-trip form does.
-static_assert(std::numeric_limits<float>::max() == 3.4028234663852886e+38);
+// A method of `module` that is one call of operator `op` (observer_ops.hpp), built as a graph:
+// TorchScript source compiled from C++ cannot name operators outside aten. Its arguments are
+// the method's tensor inputs (`inputs`), attributes of self ("self.NAME") or integer literals;
+// its results are stored into attributes (`store`; the method then returns its first input, as
+// an observer's forward does) or, with `store` empty, returned as a tuple of `results`.
+struct operator_method {
+    std::string name;
+    const char* op;
+    std::vector<std::string> inputs;
+    std::vector<std::string> arguments;
+    std::vector<std::string> store{};
+    std::size_t results = 0;
+};
 
-// The qparams methods every class shares. _choose_qparams is versatil::math::choose_qparams,
-// elementwise over 0-d (per tensor) or 1-d (per channel) min/max. Widths and scales are taken
-// in double and rounded to float32 where the core rounds, so the result equals the core's bit
-// for bit. Returns 1-d tensors, as PyTorch does. _unobserved_qparams is PyTorch's fallback for
-// an observer that saw nothing (LibTorch asks anyway, e.g. for the activation observer of a
-// dynamic model).
-inline constexpr std::string_view qparams_source = R"JIT(
-def _choose_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Tensor]:
-    largest = 3.4028234663852886e+38
-    unobserved = (min_val > max_val) | torch.isnan(min_val) | torch.isnan(max_val)
-    min_neg = torch.where(min_val < 0.0, min_val, torch.zeros_like(min_val))
-    max_pos = torch.where(max_val > 0.0, max_val, torch.zeros_like(max_val))
-    # The core converts the number of levels to float32 before dividing.
-    levels = torch.full([1], float(self.quant_max - self.quant_min)).double()
-    if self.symmetric:
-        bound = torch.max(-min_neg, max_pos)
-        scale = torch.clamp(bound.double() / (levels / 2.0), max=largest).float()
-        scale = torch.clamp(scale, min=self.eps)
-        zero_point_value = 0
-        if self.unsigned_dtype:
-            zero_point_value = (self.quant_min + self.quant_max) // 2
-        zero_point = torch.zeros_like(scale).long() + zero_point_value
-    else:
-        width = max_pos.double() - min_neg.double()
-        width = torch.where(width > largest, width, width.float().double())
-        scale = torch.clamp(width / levels, max=largest).float()
-        scale = torch.clamp(scale, min=self.eps)
-        shifted = float(self.quant_min) - torch.round(min_neg / scale).double()
-        zero_point = torch.clamp(shifted, float(self.quant_min), float(self.quant_max)).long()
-    scale = torch.where(unobserved, torch.ones_like(scale), scale)
-    zero_point = torch.where(unobserved, torch.zeros_like(zero_point), zero_point)
-    return scale.reshape([-1]), zero_point.reshape([-1])
+inline void define_operator_method(::torch::jit::Module& module, const operator_method& method) {
+    auto graph = std::make_shared<::torch::jit::Graph>();
+    ::torch::jit::Value* self = graph->addInput("self")->setType(module.type());
+    std::map<std::string, ::torch::jit::Value*, std::less<>> inputs;
+    for (const std::string& input : method.inputs)
+        inputs[input] = graph->addInput(input)->setType(c10::TensorType::get());
+    std::vector<::torch::jit::Value*> arguments;
+    for (const std::string& argument : method.arguments) {
+        if (argument.starts_with("self."))
+            arguments.push_back(graph->insertGetAttr(self, argument.substr(5)));
+        else if (const auto input = inputs.find(argument); input != inputs.end())
+            arguments.push_back(input->second);
+        else
+            arguments.push_back(graph->insertConstant(std::int64_t{std::stoll(argument)}));
+    }
+    const std::size_t results = method.store.empty() ? method.results : method.store.size();
+    ::torch::jit::Node* call =
+        graph->insertNode(graph->create(c10::Symbol::fromQualString(method.op), arguments, results));
+    for (::torch::jit::Value* result : call->outputs()) result->setType(c10::TensorType::get());
+    if (method.store.empty()) {
+        graph->registerOutput(graph->insertNode(graph->createTuple(call->outputs()))->output());
+    } else {
+        for (std::size_t i = 0; i < results; ++i) graph->insertNode(graph->createSetAttr(self, method.store[i], call->output(i)));
+        graph->registerOutput(inputs.at(method.inputs.front()));
+    }
+    auto* function = module._ivalue()->compilation_unit()->create_function(
+        c10::QualifiedName(*module.type()->name(), method.name), graph);
+    module.type()->addMethod(function);
+}
 
+// The qparams every class shares: _choose_qparams is versatil::math::choose_qparams,
+// elementwise over 0-d (per tensor) or 1-d (per channel) min/max; 1-d results, as PyTorch's.
+inline const operator_method choose_qparams_method{
+    "_choose_qparams", "versatil::choose_qparams", {"min_val", "max_val"},
+    {"min_val", "max_val", "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+    {}, 2};
+
+// _unobserved_qparams is PyTorch's fallback for an observer that saw nothing (LibTorch asks
+// anyway, e.g. for the activation observer of a dynamic model).
+inline constexpr std::string_view unobserved_qparams_source = R"JIT(
 def _unobserved_qparams(self) -> Tuple[Tensor, Tensor]:
     return torch.ones([1]), torch.zeros([1]).long()
 )JIT";
@@ -91,208 +115,24 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
     return self._choose_qparams(self.min_val, self.max_val)
 )JIT";
 
-// The head of a min/max statistic, one per layout: the batch's range as current_min /
-// current_max, which the first batch takes as it is; an `else:` branch follows (the update).
-inline constexpr std::string_view per_tensor_head = R"JIT(
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach().float()
-    current_min, current_max = torch.aminmax(x)
-    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-        self.min_val = current_min
-        self.max_val = current_max
-    else:
-)JIT";
-
-// Per channel: move ch_axis to the front and flatten the rest (PyTorch permutes 0 and
-// ch_axis, which is this transpose).
-inline constexpr std::string_view per_channel_head = R"JIT(
-    if x_orig.numel() == 0:
-        return x_orig
-    y = torch.flatten(x_orig.detach().float().transpose(self.ch_axis, 0), 1)
-    current_min, current_max = torch.aminmax(y, dim=1)
-    if self.min_val.numel() == 0:
-        self.min_val = current_min
-        self.max_val = current_max
-    else:
-)JIT";
-
-// As MinMaxObserver: the range of everything seen. (Per tensor, taking the first batch as it
-// is equals its min / max with the unobserved inf / -inf.)
-inline constexpr std::string_view min_max_update = R"JIT(        self.min_val = torch.min(current_min, self.min_val)
-        self.max_val = torch.max(current_max, self.max_val)
-    return x_orig
-
-)JIT";
-
-// As MovingAverageMinMaxObserver: later batches move the range by averaging_constant
-// (computed in float32, like PyTorch's tensor arithmetic).
-inline constexpr std::string_view moving_average_update = R"JIT(        self.min_val = self.min_val + self.averaging_constant * (current_min - self.min_val)
-        self.max_val = self.max_val + self.averaging_constant * (current_max - self.max_val)
-    return x_orig
-
-)JIT";
-
-// A line-by-line port of PyTorch 1.13's HistogramObserver (same tensor ops, same float32 /
-// double mix, so the same numbers) with one deliberate fix: 1.13 passes int(min_val) and
-// int(max_val) as torch.histc's range, which truncates the range toward zero and drops
-// every value outside it from the histogram while min_val/max_val keep the true range
-// (fixed upstream in PyTorch 2.0, which passes the float bounds, as this port does).
-inline constexpr std::string_view histogram_source = R"JIT(
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach().float()
-    min_val = self.min_val
-    max_val = self.max_val
-    same_values = float(min_val) == float(max_val)
-    is_uninitialized = bool(min_val == float("inf")) and bool(max_val == float("-inf"))
-    if is_uninitialized or same_values:
-        new_min, new_max = torch.aminmax(x)
-        self.min_val = new_min
-        self.max_val = new_max
-        self.histogram = torch.histc(x, self.bins, min=float(new_min), max=float(new_max))
-    else:
-        new_min, new_max = torch.aminmax(x)
-        combined_min = torch.min(new_min, min_val)
-        combined_max = torch.max(new_max, max_val)
-        if bool(torch.isinf(combined_max - combined_min)):
-            # The width overflows float32: no bin grid exists (PyTorch would compute NaN
-            # bins). Keep the range; calculate_qparams then uses it as is.
-            self.min_val = combined_min
-            self.max_val = combined_max
-            return x_orig
-        combined_min, combined_max, downsample_rate, start_idx = self._adjust_min_max(
-            combined_min, combined_max, self.upsample_rate)
-        combined_histogram = torch.histc(x, self.bins, min=float(combined_min), max=float(combined_max))
-        if bool(combined_min == min_val) and bool(combined_max == max_val):
-            combined_histogram += self.histogram
-        else:
-            combined_histogram = self._combine_histograms(
-                combined_histogram, self.histogram, self.upsample_rate, downsample_rate, start_idx, self.bins)
-        self.histogram = combined_histogram
-        self.min_val = combined_min
-        self.max_val = combined_max
-    return x_orig
-
-def _adjust_min_max(self, combined_min: Tensor, combined_max: Tensor,
-                    upsample_rate: int) -> Tuple[Tensor, Tensor, int, int]:
-    # (combined_max - combined_min) / (downsample_rate * bins) = (max - min) / (upsample_rate * bins):
-    # a common grid on which the old histogram can be placed. Only the max is relaxed, so
-    # a one-sided distribution keeps its min at zero.
-    hist_bin_width = (self.max_val - self.min_val) / (self.bins * upsample_rate)
-    downsample_rate = int(torch.ceil((combined_max - combined_min) / (hist_bin_width * self.bins)))
-    e = (hist_bin_width * self.bins) * downsample_rate - (combined_max - combined_min)
-    combined_max = combined_max + e
-    start_idx = int(torch.round((self.min_val - combined_min) / hist_bin_width))
-    return combined_min, combined_max, downsample_rate, start_idx
-
-def _combine_histograms(self, orig_hist: Tensor, new_hist: Tensor, upsample_rate: int,
-                        downsample_rate: int, start_idx: int, nbins: int) -> Tensor:
-    # Upsample the old histogram to a piecewise-constant density, place it in the combined
-    # range, integrate (in double, against overflow) and resample at the new bin edges.
-    upsampled_histogram = new_hist.repeat_interleave(upsample_rate)
-    histogram_with_output_range = torch.zeros([nbins * downsample_rate])
-    histogram_with_output_range[start_idx : nbins * upsample_rate + start_idx] = upsampled_histogram
-    integral_histogram = torch.cumsum(histogram_with_output_range, 0, dtype=7)[downsample_rate - 1 :: downsample_rate]
-    shifted_integral_histogram = torch.zeros([nbins])
-    shifted_integral_histogram[1:nbins] = integral_histogram[0:-1]
-    interpolated_histogram = (integral_histogram - shifted_integral_histogram) / upsample_rate
-    return orig_hist + interpolated_histogram.float()
-
-def _get_norm(self, delta_begin: Tensor, delta_end: Tensor, density: Tensor) -> Tensor:
-    # density * integral of x^2 from delta_begin to delta_end (the L2 norm)
-    norm = (delta_end * delta_end * delta_end - delta_begin * delta_begin * delta_begin) / 3
-    return density * norm
-
-def _compute_quantization_error(self, next_start_bin: int, next_end_bin: int) -> float:
-    bin_width = (float(self.max_val) - float(self.min_val)) / self.bins
-    dst_bin_width = bin_width * (next_end_bin - next_start_bin + 1) / self.dst_nbins
-    if dst_bin_width == 0.0:
-        return 0.0
-    src_bin = torch.arange(self.bins)
-    src_bin_begin = (src_bin - next_start_bin) * bin_width
-    src_bin_end = src_bin_begin + bin_width
-    dst_bin_of_begin = torch.clamp(torch.div(src_bin_begin, dst_bin_width, rounding_mode='floor'),
-                                   0, self.dst_nbins - 1)
-    dst_bin_of_begin_center = (dst_bin_of_begin + 0.5) * dst_bin_width
-    dst_bin_of_end = torch.clamp(torch.div(src_bin_end, dst_bin_width, rounding_mode='floor'),
-                                 0, self.dst_nbins - 1)
-    density = self.histogram / bin_width
-    norm = torch.zeros([self.bins])
-    delta_begin = src_bin_begin - dst_bin_of_begin_center
-    delta_end = dst_bin_width / 2
-    norm += self._get_norm(delta_begin, torch.ones([self.bins]) * delta_end, density)
-    norm += (dst_bin_of_end - dst_bin_of_begin - 1) * self._get_norm(
-        torch.tensor(-dst_bin_width / 2), torch.tensor(dst_bin_width / 2), density)
-    dst_bin_of_end_center = dst_bin_of_end * dst_bin_width + dst_bin_width / 2
-    last_delta_begin = -dst_bin_width / 2
-    last_delta_end = src_bin_end - dst_bin_of_end_center
-    norm += self._get_norm(torch.tensor(last_delta_begin), last_delta_end, density)
-    return float(norm.sum())
-
-def _non_linear_param_search(self) -> Tuple[Tensor, Tensor]:
-    # Narrow [min, max] from both ends by quantile steps while the L2 quantization error
-    # of the histogram drops (caffe2's NormMinimization::NonlinearQuantizationParamsSearch).
-    bin_width = (self.max_val - self.min_val) / self.bins
-    total = float(torch.sum(self.histogram))
-    cumulative = torch.cumsum(self.histogram, dim=0)
-    stepsize = 1e-5
-    alpha = 0.0
-    beta = 1.0
-    start_bin = 0
-    end_bin = self.bins - 1
-    norm_min = float("inf")
-    while alpha < beta:
-        next_alpha = alpha + stepsize
-        next_beta = beta - stepsize
-        l = start_bin
-        r = end_bin
-        while l < end_bin and bool(cumulative[l] < next_alpha * total):
-            l = l + 1
-        while r > start_bin and bool(cumulative[r] > next_beta * total):
-            r = r - 1
-        next_start_bin = start_bin
-        next_end_bin = end_bin
-        if (l - start_bin) > (end_bin - r):
-            next_start_bin = l
-            alpha = next_alpha
-        else:
-            next_end_bin = r
-            beta = next_beta
-        if next_start_bin == start_bin and next_end_bin == end_bin:
-            continue
-        norm = self._compute_quantization_error(next_start_bin, next_end_bin)
-        if norm > norm_min:
-            break
-        norm_min = norm
-        start_bin = next_start_bin
-        end_bin = next_end_bin
-    new_min = self.min_val + bin_width * start_bin
-    new_max = self.min_val + bin_width * (end_bin + 1)
-    return new_min, new_max
-
+// The histogram's own reset, and its qparams: PyTorch's L2 range search, then _choose_qparams.
+inline constexpr std::string_view histogram_reset_source = R"JIT(
 def reset_min_max_vals(self):
     self.min_val = torch.full([1], float("inf")).reshape([])
     self.max_val = torch.full([1], float("-inf")).reshape([])
     self.histogram = torch.zeros([self.bins])
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-        return self._unobserved_qparams()
-    # One value seen: the search would walk all 10^5 steps with a zero-width bin and end
-    # at min_val + 0 * bins, so its answer is [min, max] already.
-    if float(self.min_val) == float(self.max_val):
-        return self._choose_qparams(self.min_val, self.max_val)
-    # A range whose width overflows float32 has no histogram to search (see forward).
-    if bool(torch.isinf(self.max_val - self.min_val)):
-        return self._choose_qparams(self.min_val, self.max_val)
-    new_min, new_max = self._non_linear_param_search()
-    return self._choose_qparams(new_min, new_max)
 )JIT";
+
+inline const operator_method histogram_qparams_method{
+    "calculate_qparams", "versatil::histogram_qparams", {},
+    {"self.min_val", "self.max_val", "self.histogram", "self.dst_nbins", "self.quant_min", "self.quant_max",
+     "self.symmetric", "self.unsigned_dtype", "self.eps"},
+    {}, 2};
 
 // Dynamic quantization takes the range at run time; the observer only carries dtype and
 // qscheme for the passes.
 inline constexpr std::string_view placeholder_source = R"JIT(
+def forward(self, x_orig: Tensor) -> Tensor:
     return x_orig
 
 def reset_min_max_vals(self):
@@ -300,6 +140,40 @@ def reset_min_max_vals(self):
 
 def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
     return self._unobserved_qparams()
+)JIT";
+
+// The calibration methods' range choices over the same histogram (histogram_ranges.hpp). The
+// auto observer also keeps what its candidates and their errors need: the true and the
+// moving-average ranges, a sample of the values, the extreme values and their count.
+inline operator_method histogram_range_qparams_method(observer_kind kind) {
+    if (kind == observer_kind::histogram_auto)
+        return {"calculate_qparams", "versatil::histogram_auto_qparams", {},
+                {"self.min_val", "self.max_val", "self.histogram", "self.seen_min", "self.seen_max", "self.moving_min",
+                 "self.moving_max", "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count",
+                 "self.dst_nbins", "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+                {}, 2};
+    const auto method = kind == observer_kind::histogram_percentile ? observer_ops::histogram_method::percentile
+                                                                     : observer_ops::histogram_method::entropy;
+    return {"calculate_qparams", "versatil::histogram_method_qparams", {},
+            {"self.min_val", "self.max_val", "self.histogram", std::to_string(static_cast<std::int64_t>(method)),
+             "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+            {}, 2};
+}
+
+inline constexpr std::string_view histogram_auto_reset_source = R"JIT(
+def reset_min_max_vals(self):
+    self.min_val = torch.full([1], float("inf")).reshape([])
+    self.max_val = torch.full([1], float("-inf")).reshape([])
+    self.histogram = torch.zeros([self.bins])
+    self.seen_min = torch.full([1], float("inf")).reshape([])
+    self.seen_max = torch.full([1], float("-inf")).reshape([])
+    self.moving_min = torch.full([1], float("inf")).reshape([])
+    self.moving_max = torch.full([1], float("-inf")).reshape([])
+    self.samples = torch.zeros([0])
+    self.sample_rate = torch.ones([1]).long().reshape([])
+    self.lowest = torch.zeros([0])
+    self.highest = torch.zeros([0])
+    self.seen_count = torch.zeros([1]).long().reshape([])
 )JIT";
 
 inline constexpr int histogram_bins = 2048;
@@ -313,6 +187,9 @@ inline std::string class_name(observer_kind kind) {
             case observer_kind::per_channel_min_max: return "PerChannelMinMaxObserver";
             case observer_kind::moving_average_per_channel_min_max: return "MovingAveragePerChannelMinMaxObserver";
             case observer_kind::histogram: return "HistogramObserver";
+            case observer_kind::histogram_percentile: return "HistogramPercentileObserver";
+            case observer_kind::histogram_entropy: return "HistogramEntropyObserver";
+            case observer_kind::histogram_auto: return "HistogramAutoObserver";
             // Not "PlaceholderObserver": InsertQuantDeQuant treats any class whose name
             // contains that as PyTorch's fp16 placeholder and crashes on ours (SIGSEGV in
             // Graph::createGetAttr, seen with 1.13.1).
@@ -324,19 +201,53 @@ inline std::string class_name(observer_kind kind) {
     return "__torch__.versatil.observers." + std::string(base);
 }
 
-// The body of a kind's statistics method (what forward does with each observed value) and the
-// methods that follow it.
-inline std::string statistics_body(observer_kind kind) {
-    if (kind == observer_kind::histogram) return std::string(histogram_source);
-    if (kind == observer_kind::placeholder) return std::string(placeholder_source);
-    return std::string(is_per_channel(kind) ? per_channel_head : per_tensor_head) +
-           std::string(is_moving_average(kind) ? moving_average_update : min_max_update);
+// The statistics of each kind as method `name` (forward for an observer, _observe for a
+// fake-quantize module that calls it before quantizing), one operator call that records what
+// the observed value adds: MinMaxObserver's running range, MovingAverageMinMaxObserver's
+// (later batches move it by averaging_constant), per tensor or per channel along ch_axis; and
+// PyTorch 1.13's HistogramObserver, with one deliberate fix: 1.13 passes int(min_val) and
+// int(max_val) as torch.histc's range, which truncates the range toward zero and drops every
+// value outside it from the histogram while min_val/max_val keep the true range (fixed upstream
+// in PyTorch 2.0, which passes the float bounds, as this does). Per-tensor kinds pass ch_axis -1
+// whatever the attribute holds.
+inline operator_method statistics_method(observer_kind kind, const std::string& name) {
+    if (kind == observer_kind::histogram_auto)
+        return {name, "versatil::observe_histogram_auto", {"x_orig"},
+                {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate", "self.seen_min",
+                 "self.seen_max", "self.moving_min", "self.moving_max", "self.averaging_constant", "self.samples",
+                 "self.sample_rate", "self.lowest", "self.highest", "self.seen_count"},
+                {"min_val", "max_val", "histogram", "seen_min", "seen_max", "moving_min", "moving_max", "samples",
+                 "sample_rate", "lowest", "highest", "seen_count"}};
+    if (is_histogram(kind))
+        return {name, "versatil::observe_histogram", {"x_orig"},
+                {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate"},
+                {"min_val", "max_val", "histogram"}};
+    const std::string axis = is_per_channel(kind) ? "self.ch_axis" : "-1";
+    if (is_moving_average(kind))
+        return {name, "versatil::observe_moving_average", {"x_orig"},
+                {"x_orig", "self.min_val", "self.max_val", axis, "self.averaging_constant"}, {"min_val", "max_val"}};
+    return {name, "versatil::observe_min_max", {"x_orig"}, {"x_orig", "self.min_val", "self.max_val", axis},
+            {"min_val", "max_val"}};
 }
 
-// The statistics as a method named `method`: forward for an observer, _observe for a
-// fake-quantize module that calls it before quantizing (fake_quantize.hpp).
-inline std::string statistics_source(observer_kind kind, std::string_view method) {
-    return "\ndef " + std::string(method) + "(self, x_orig: Tensor) -> Tensor:" + statistics_body(kind);
+// Defines the methods every observer-like class of `kind` shares: the qparams helpers, the
+// statistics as method `statistics_name`, reset_min_max_vals and calculate_qparams.
+inline void define_observer_methods(::torch::jit::Module& module, observer_kind kind, const std::string& statistics_name) {
+    define_operator_method(module, choose_qparams_method);
+    module.define(std::string(unobserved_qparams_source));
+    if (kind == observer_kind::placeholder) {
+        module.define(std::string(placeholder_source));
+        return;
+    }
+    define_operator_method(module, statistics_method(kind, statistics_name));
+    if (is_histogram(kind)) {
+        define_operator_method(module, kind == observer_kind::histogram ? histogram_qparams_method
+                                                                         : histogram_range_qparams_method(kind));
+        module.define(std::string(kind == observer_kind::histogram_auto ? histogram_auto_reset_source
+                                                                         : histogram_reset_source));
+    } else {
+        module.define(std::string(is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source));
+    }
 }
 
 // A module of class `name` with the attributes of the observer interface that a spec sets
@@ -351,23 +262,21 @@ inline ::torch::jit::Module module_with_spec_attributes(const std::string& name,
     module.register_attribute("eps", c10::FloatType::get(), double{default_eps});
     module.register_attribute("symmetric", c10::BoolType::get(), false);
     module.register_attribute("unsigned_dtype", c10::BoolType::get(), true);
-    if (is_moving_average(kind))
+    if (is_moving_average(kind) || kind == observer_kind::histogram_auto)
         module.register_attribute("averaging_constant", c10::FloatType::get(), double{default_averaging_constant});
     return module;
 }
 
-// The reset and qparams methods a kind's statistics share with its siblings (the histogram
-// and the placeholder define their own).
-inline std::string_view range_source(observer_kind kind) {
-    if (kind == observer_kind::histogram || kind == observer_kind::placeholder) return {};
-    return is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source;
-}
-
-// Compiles the class of one kind, with fresh statistics (reset_min_max_vals). The attribute
-// values are overwritten per spec.
-inline ::torch::jit::Module compile_prototype(observer_kind kind) {
-    ::torch::jit::Module observer = module_with_spec_attributes(class_name(kind), kind);
-    if (kind == observer_kind::histogram) {
+// A module of class `name` with an observer's attributes and its kind's statistics buffers.
+inline ::torch::jit::Module observer_with_state(const std::string& name, observer_kind kind) {
+    ::torch::jit::Module observer = module_with_spec_attributes(name, kind);
+    if (kind == observer_kind::histogram_auto) {
+        for (const char* values : {"seen_min", "seen_max", "moving_min", "moving_max", "samples", "lowest", "highest"})
+            observer.register_buffer(values, ::torch::zeros({0}));
+        observer.register_buffer("sample_rate", ::torch::ones({}, ::torch::kLong));
+        observer.register_buffer("seen_count", ::torch::zeros({}, ::torch::kLong));
+    }
+    if (is_histogram(kind)) {
         observer.register_attribute("bins", c10::IntType::get(), std::int64_t{histogram_bins});
         observer.register_attribute("upsample_rate", c10::IntType::get(), std::int64_t{histogram_upsample_rate});
         observer.register_attribute("dst_nbins", c10::IntType::get(), std::int64_t{256});
@@ -377,7 +286,14 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
         observer.register_buffer("min_val", ::torch::zeros({0}));
         observer.register_buffer("max_val", ::torch::zeros({0}));
     }
-    observer.define(std::string(qparams_source) + std::string(range_source(kind)) + statistics_source(kind, "forward"));
+    return observer;
+}
+
+// Compiles the class of one kind, with fresh statistics (reset_min_max_vals). The attribute
+// values are overwritten per spec.
+inline ::torch::jit::Module compile_prototype(observer_kind kind) {
+    ::torch::jit::Module observer = observer_with_state(class_name(kind), kind);
+    define_observer_methods(observer, kind, "forward");
     observer.eval();
     observer.run_method("reset_min_max_vals");
     return observer;
@@ -385,10 +301,15 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
 
 // One compilation per class per process, for observers and fake-quantize modules alike: the
 // prototypes of `kinds`, compiled on first use (a function-local static, so thread-safe), that
-// make_observer and make_fake_quantize deep-copy (same class type, no compilation).
+// make_observer and make_fake_quantize deep-copy (same class type, no compilation). The
+// operators their code calls are registered first.
 template <::torch::jit::Module (*compile)(observer_kind), observer_kind... kinds>
 const ::torch::jit::Module& prototype(observer_kind kind) {
-    static const std::array<::torch::jit::Module, sizeof...(kinds)> prototypes{compile(kinds)...};
+    static const std::array<::torch::jit::Module, sizeof...(kinds)> prototypes = [] {
+        register_observer_ops();
+        register_histogram_range_ops();
+        return std::array<::torch::jit::Module, sizeof...(kinds)>{compile(kinds)...};
+    }();
     std::size_t index = 0;
     for (const observer_kind compiled : {kinds...}) {
         if (compiled == kind) return prototypes[index];
@@ -433,7 +354,8 @@ inline void write_spec(::torch::jit::Module& module, const quantization_spec& sp
     module.setattr("eps", double{spec.eps});
     module.setattr("symmetric", is_symmetric(spec.qscheme));
     module.setattr("unsigned_dtype", spec.dtype == dtype::uint8);
-    if (is_moving_average(spec.observer)) module.setattr("averaging_constant", double{spec.averaging_constant});
+    if (is_moving_average(spec.observer) || spec.observer == observer_kind::histogram_auto)
+        module.setattr("averaging_constant", double{spec.averaging_constant});
 }
 
 }  // namespace observer_detail
@@ -457,10 +379,11 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
     using enum observer_kind;
     ::torch::jit::Module observer =
         observer_detail::prototype<observer_detail::compile_prototype, min_max, moving_average_min_max, per_channel_min_max,
-                                   moving_average_per_channel_min_max, histogram, placeholder>(spec.observer)
+                                   moving_average_per_channel_min_max, histogram, histogram_percentile,
+                                   histogram_entropy, histogram_auto, placeholder>(spec.observer)
             .deepcopy();
     observer_detail::write_spec(observer, spec);
-    if (spec.observer == observer_kind::histogram)
+    if (is_histogram(spec.observer))
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
     return observer;
 }

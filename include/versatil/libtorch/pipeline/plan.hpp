@@ -105,6 +105,10 @@ struct staged_model {
     ::torch::jit::Module module;
     quantization_plan plan;
     std::vector<adjustment> adjustments;
+    // prepare's float model (batch norm folded, equalized where cle is on) before observers went
+    // in: what bias correction measures the converted model against. Kept only when a target
+    // corrects biases; lower() drops it.
+    std::optional<::torch::jit::Module> float_model{};
 };
 
 using prepared_model = staged_model<stage::prepared>;

@@ -2,7 +2,9 @@
 // Conv + batch-norm pairs are folded first (the fold LibTorch's graph passes recognise), then
 // LibTorch's InsertObservers places one observer per quantized value, configured per module
 // path from the plan (plan.hpp): each target's subtree gets its backend's QConfig, an
-// Exclude's subtree none, everything outside every target none.
+// Exclude's subtree none, everything outside every target none. Targets with the cle option
+// have their layer chains equalized between the two (equalize.hpp); where a target corrects
+// biases, the float model observed is kept for it (bias_correction.hpp).
 #pragma once
 
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
@@ -15,6 +17,8 @@
 
 #include "versatil/core/quantizer.hpp"
 #include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/bias_correction.hpp"
+#include "versatil/libtorch/pipeline/equalize.hpp"
 #include "versatil/libtorch/pipeline/inference_graph.hpp"
 #include "versatil/libtorch/pipeline/lowering.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
@@ -55,7 +59,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
     const runtime_quantizer& quantizer = plan.quantizer;
     check_model_fits(model, quantizer, plan.devices);
-    prepared_model prepared{model, plan, {}};
+    prepared_model prepared{model, plan, {}, std::nullopt};
 
     // Post-training quantization runs the model as it will be deployed, in eval mode: where
     // LibTorch cannot place observers in the graphs as scripted, they are specialized for
@@ -71,10 +75,13 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         // Batch norm is folded into the convolution before observers (QAT included): what is
         // then trained is exactly what convert quantizes. See qat.hpp.
         ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+        // Equalized after folding: the folded weights are what observers see and convert quantizes.
+        std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
-        std::vector<adjustment> adjustments;
         const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
+        // InsertObservers edits `folded` in place: bias correction's float model is a copy.
+        if (corrects_biases(quantizer)) prepared.float_model = folded.clone();
         try {
             prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, plan.quant_type);
         } catch (const std::exception& failure) {

@@ -6,18 +6,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/libtorch/pipeline/convert.hpp"
+#include "versatil/libtorch/pipeline/dynamic.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/lower.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
 #include "versatil/libtorch/pipeline/qat.hpp"
 #include "versatil/libtorch/pipeline/report.hpp"
+#include "versatil/libtorch/pipeline/sensitivity.hpp"
 #include "versatil/libtorch/pipeline/target_spec.hpp"
 
 namespace versatil::libtorch {
@@ -33,9 +36,16 @@ struct quantize_data {
 struct quantize_options {
     std::int64_t batch_size = 1;  // for latency
     int threads = 1;              // for latency and lowering
-    bool per_layer = true;        // per-layer SQNR (one extra quantization per layer; not for QAT)
+    bool per_layer = true;        // per-layer SQNR (one evaluation pass per layer; not for QAT)
     bool progress = true;
     qat_options qat{};            // QAT targets: how to train
+    // Calibrates in place of calibrate(prepared, batches) when set: distributed calibration
+    // (libtorch/distributed/calibration.hpp) observes a shard and merges across processes.
+    // The per-layer analysis starts from the model this calibrated.
+    std::function<void(prepared_model&, const std::vector<batch>&)> calibrate_with{};
+    // Evaluation samples the per-layer analysis runs on (0: all). Last, so that positional
+    // initialisers written before it still mean what they meant.
+    std::int64_t per_layer_samples = 0;
 };
 
 struct quantization_result {
@@ -48,11 +58,19 @@ namespace detail {
 struct quantized {
     lowered_model model;
     std::optional<qat_result> training;  // QAT targets: what training did
+    std::optional<converted_model> converted;  // post-training: what lower() lowered (per-layer analysis)
 };
 
-// prepare, calibrate (or train, for QAT targets), convert and lower.
+// prepare (with cross-layer equalization), calibrate (or train, for QAT targets), convert,
+// correct biases and lower; dynamic targets straight into the lowered module where the direct
+// path covers the model (dynamic.hpp).
 inline quantized run_stages(const ::torch::jit::Module& model, const quantization_plan& plan, const quantize_data& data,
                             const quantize_options& options) {
+    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
+    if (!data.calibration.empty()) lowering.sample = data.calibration.front();
+    else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
+    if (std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering))
+        return {std::move(*direct), std::nullopt, std::nullopt};
     prepared_model prepared = prepare(model, plan);
     std::optional<qat_result> training;
     if (plan.quantizer.is_qat()) {
@@ -63,13 +81,65 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
         qat_options qat = options.qat;
         qat.progress = qat.progress && options.progress;
         training = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+    } else if (options.calibrate_with) {
+        options.calibrate_with(prepared, data.calibration);
     } else {
         calibrate(prepared, data.calibration, {options.progress});
     }
-    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
-    if (!data.calibration.empty()) lowering.sample = data.calibration.front();
-    else if (!data.evaluation.empty()) lowering.sample = data.evaluation.front();
-    return {lower(convert(prepared), lowering), std::move(training)};
+    converted_model converted = convert(prepared);
+    correct_biases_for_targets(converted, data.calibration);
+    lowered_model lowered = lower(converted, lowering);
+    if (training) return {std::move(lowered), std::move(training), std::nullopt};
+    return {std::move(lowered), std::nullopt, std::move(converted)};
+}
+
+// Output SQNR against `reference` with `layer` alone quantized: prepared, calibrated on
+// `calibration` (dynamic targets take none), converted and lowered on its own, then one pass
+// over `evaluation`.
+inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                   const std::string& layer, const quantize_data& calibration,
+                                   const model_outputs& reference, const std::vector<batch>& evaluation, int threads) {
+    auto alone = runtime_quantizer::compose({{layer, quantizer.quantizer_for(layer)->backend}});
+    if (!alone) throw error(error_kind::invalid_argument, alone.error().message);
+    const lowered_model lowered =
+        run_stages(model, plan_for(*alone), calibration, {.threads = threads, .per_layer = false, .progress = false}).model;
+    const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
+    return compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db;
+}
+
+// The per-layer analysis (report.per_layer): output SQNR against the float `model` on
+// `evaluation` with only each layer quantized, worst first. Static targets switch each layer's
+// quantize ops on in `converted`, the model of the one calibration (sensitivity.hpp): one
+// evaluation pass per layer. Where that cannot stand for the layer quantized alone (its input
+// on a grid observed elsewhere, as after average pooling), and for every layer of a dynamic
+// target (no calibration to share: the direct path quantizes a few weights), the layer is
+// quantized alone, calibrated on the first 8 calibration batches as the analysis always did.
+inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                              const ::torch::jit::Module* converted, const std::vector<batch>& calibration,
+                                              const std::vector<batch>& evaluation, int threads) {
+    const model_outputs reference = run_batches(model, evaluation);
+    const std::vector<std::string> layers = analysed_layers(model, quantizer);
+    quantize_data subset;
+    if (!quantizer.is_dynamic())
+        subset.calibration.assign(calibration.begin(),
+                                  calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
+    std::optional<switchable_quantization> switchable;
+    if (!quantizer.is_dynamic()) {
+        if (!converted) throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
+        switchable.emplace(*converted, layers, ::torch::jit::QuantType::STATIC);
+    }
+    std::vector<layer_sqnr> result;
+    for (const std::string& layer : layers) {
+        if (!switchable || !switchable->stands_for_alone(layer)) {
+            result.push_back({layer, sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads)});
+            continue;
+        }
+        switchable->quantize_layer(layer, true);
+        result.push_back({layer, compare_outputs(reference, run_batches(switchable->module(), evaluation)).overall.sqnr_db});
+        switchable->quantize_layer(layer, false);
+    }
+    std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    return result;
 }
 
 // `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
@@ -117,27 +187,6 @@ inline void conform_input_types(const ::torch::jit::Module& model, std::vector<b
     for (const std::string& note : noted) notes.push_back({"", note});
 }
 
-inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                              const quantize_data& data, const model_outputs& reference,
-                                              const std::vector<batch>& evaluation, int threads) {
-    std::vector<layer_sqnr> layers;
-    const std::size_t calibration_batches = std::min<std::size_t>(data.calibration.size(), 8);
-    quantize_data subset;
-    subset.calibration.assign(data.calibration.begin(),
-                              data.calibration.begin() + static_cast<std::ptrdiff_t>(calibration_batches));
-    for (const auto& item : model.named_modules()) {
-        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(item.name);
-        if (!applies || item.name.empty() || !calls_op(item.value, quantizable_op_test(quantizer.is_dynamic()))) continue;
-        auto alone = runtime_quantizer::compose({{item.name, applies->backend}});
-        const lowered_model lowered =
-            run_stages(model, plan_for(*alone), subset, {.threads = threads, .per_layer = false, .progress = false}).model;
-        const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
-        layers.push_back({item.name, compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db});
-    }
-    std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
-    return layers;
-}
-
 }  // namespace detail
 
 // prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
@@ -148,17 +197,19 @@ inline lowered_model quantize_model(const ::torch::jit::Module& model, const run
     return detail::run_stages(model, plan_for(quantizer), data, options).model;
 }
 
-// The report's measurements of any lowered model against the float `model` it came from, on
-// `data`'s evaluation batches (its calibration batches when it has none): outputs, op counts,
-// size, latency, top-1 with labels, and per-layer SQNR when options.per_layer is set.
+namespace detail {
+
+// measure(), with the converted model the per-layer analysis starts from when the caller has
+// it (quantize() does; otherwise the model is prepared, calibrated and converted here, once).
 inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
-                                   const quantize_data& data, const quantize_options& options = {}) {
-    const std::lock_guard serialized(detail::libtorch_state_mutex());
+                                   const quantize_data& data, const quantize_options& options,
+                                   const converted_model* converted) {
     const runtime_quantizer& quantizer = lowered.plan.quantizer;
     quantization_report report;
     for (const target_info& target : quantizer.target_infos())
         report.targets.push_back({std::string(target.path), backend_shown(target),
-                                  target.is_exclude() ? "" : std::string(target.backend->options)});
+                                  target.is_exclude() ? "" : std::string(target.backend->options),
+                                  target.is_exclude() ? "" : calibration_shown(*target.backend)});
     report.engine = engine_name(lowered.plan.engine);
     report.adjustments = lowered.adjustments;
     report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";
@@ -206,11 +257,36 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     report.float_ms = median_latency_ms(float_model, timing);
     report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
 
-    // Per-layer analysis quantizes each layer alone; for QAT that would mean training once
-    // per layer, so it is left to post-training runs.
-    if (options.per_layer && !quantizer.is_qat())
-        report.per_layer = detail::per_layer_sqnr(float_model, quantizer, data, reference, evaluation, options.threads);
+    // Per-layer analysis: static targets quantize each layer alone in the converted model of the
+    // one calibration (sensitivity.hpp); dynamic ones need no calibration and are quantized
+    // layer by layer by the direct path. QAT has nothing to start from before training (it would
+    // mean training once per layer), so it is left to post-training runs.
+    if (options.per_layer && !quantizer.is_qat()) {
+        const std::vector<batch> samples = first_samples(evaluation, options.per_layer_samples);
+        std::optional<converted_model> own;
+        if (!converted && !quantizer.is_dynamic()) {
+            prepared_model prepared = prepare(model, lowered.plan);
+            calibrate(prepared, data.calibration, {false});
+            own.emplace(convert(prepared));
+            correct_biases_for_targets(*own, data.calibration);
+            converted = &*own;
+        }
+        report.per_layer = per_layer_sqnr(float_model, quantizer, converted ? &converted->module : nullptr,
+                                          data.calibration, samples, options.threads);
+        for (const batch& inputs : samples) report.per_layer_samples += inputs.samples();
+    }
     return report;
+}
+
+}  // namespace detail
+
+// The report's measurements of any lowered model against the float `model` it came from, on
+// `data`'s evaluation batches (its calibration batches when it has none): outputs, op counts,
+// size, latency, top-1 with labels, and per-layer SQNR when options.per_layer is set.
+inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
+                                   const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    return detail::measure(model, lowered, data, options, nullptr);
 }
 
 // Quantizes and measures. Calls from several threads take turns (engine.hpp).
@@ -225,8 +301,14 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     detail::quantized done = detail::run_stages(model, plan_for(quantizer), conformed, options);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-    quantization_report report = measure(model, done.model, conformed, options);
+    quantization_report report =
+        detail::measure(model, done.model, conformed, options, done.converted ? &*done.converted : nullptr);
     report.quantize_seconds = seconds;
+    if (!quantizer.is_qat()) {
+        std::int64_t samples = 0;
+        for (const batch& inputs : conformed.calibration) samples += inputs.samples();
+        report.samples_per_rank = {samples};  // distributed calibration replaces it with each rank's
+    }
     report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
     if (done.training) {
         report.qat_steps = static_cast<std::int64_t>(done.training->training.losses.size());
@@ -234,6 +316,22 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
         report.qat_final_loss = done.training->training.final_loss;
     }
     return {std::move(done.model), std::move(report)};
+}
+
+// Prepares and calibrates as quantize does, and stops there: for a process that only
+// contributes observer statistics (options.calibrate_with) to another that converts, measures
+// and writes (distributed calibration's ranks other than 0).
+inline void calibrate_only(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                           const quantize_data& data, const quantize_options& options) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    std::vector<batch> calibration = data.calibration;
+    std::vector<adjustment> notes;
+    detail::conform_input_types(model, calibration, "calibration data", notes);
+    prepared_model prepared = prepare(model, plan_for(quantizer));
+    if (options.calibrate_with)
+        options.calibrate_with(prepared, calibration);
+    else
+        calibrate(prepared, calibration, {options.progress});
 }
 
 template <class... Targets>

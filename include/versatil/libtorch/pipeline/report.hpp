@@ -22,6 +22,9 @@ struct target_report {
     std::string path;
     std::string backend;  // "none" for an exclude
     std::string options;
+    // How its static activations were calibrated ("histogram (default)", "entropy"); empty when
+    // nothing was (dynamic, QAT, an exclude).
+    std::string calibration{};
 };
 
 // The model's output SQNR when this layer alone is quantized: the layer that loses the most
@@ -29,6 +32,15 @@ struct target_report {
 struct layer_sqnr {
     std::string name;
     double sqnr_db = 0.0;
+};
+
+// One step towards an accuracy target (accuracy_target.hpp): the layers kept in float so far
+// and what the model quantized without them measured.
+struct accuracy_target_step {
+    std::vector<std::string> kept_in_float;
+    double sqnr_db = 0.0;
+    std::optional<double> quantized_accuracy;
+    bool met = false;
 };
 
 // A model exported as firmware (export/firmware.hpp): the memory figures of its header and
@@ -64,6 +76,7 @@ struct quantization_report {
     double sqnr_db = 0.0;                 // over all outputs together
     std::vector<output_comparison> outputs;  // each output's own, for models returning several
     std::vector<layer_sqnr> per_layer;
+    std::int64_t per_layer_samples = 0;   // the evaluation samples the per-layer SQNRs are measured on
 
     std::int64_t float_bytes = 0;
     std::int64_t quantized_bytes = 0;
@@ -80,6 +93,14 @@ struct quantization_report {
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
     std::optional<firmware_report> firmware;  // set when the model was exported as firmware
+    // Calibration across processes (libtorch/distributed/): how many took part, and the
+    // calibration samples each rank observed (one entry, all samples, for one process).
+    int world_size = 1;
+    std::vector<std::int64_t> samples_per_rank;
+    // An accuracy target (accuracy_target.hpp): what it asked ("" for none) and every step taken,
+    // the last one the model reported on.
+    std::string accuracy_target;
+    std::vector<accuracy_target_step> target_steps;
 
     double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
     double speedup() const { return float_ms / quantized_ms; }
@@ -97,9 +118,16 @@ nlohmann::json value_or_null(const std::optional<T>& value) {
 }  // namespace detail
 
 inline nlohmann::json to_json(const quantization_report& report) {
+    nlohmann::json target_steps = nlohmann::json::array();
+    for (const accuracy_target_step& step : report.target_steps)
+        target_steps.push_back({{"kept_in_float", step.kept_in_float},
+                                {"sqnr_db", detail::finite_or_null(step.sqnr_db)},
+                                {"quantized_accuracy", detail::value_or_null(step.quantized_accuracy)},
+                                {"met", step.met}});
     nlohmann::json targets = nlohmann::json::array();
     for (const target_report& t : report.targets)
-        targets.push_back({{"path", t.path}, {"backend", t.backend}, {"options", t.options}});
+        targets.push_back(
+            {{"path", t.path}, {"backend", t.backend}, {"options", t.options}, {"calibration", t.calibration}});
     nlohmann::json adjustments = nlohmann::json::array();
     for (const adjustment& a : report.adjustments)
         adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
@@ -140,6 +168,7 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"sqnr_db", detail::finite_or_null(report.sqnr_db)},
         {"outputs", outputs},
         {"per_layer", per_layer},
+        {"per_layer_samples", report.per_layer_samples},
         {"float_bytes", report.float_bytes},
         {"quantized_bytes", report.quantized_bytes},
         {"compression_ratio", report.compression_ratio()},
@@ -155,6 +184,11 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"float_accuracy", detail::value_or_null(report.float_accuracy)},
         {"quantized_accuracy", detail::value_or_null(report.quantized_accuracy)},
         {"firmware", firmware},
+        {"world_size", report.world_size},
+        {"samples_per_rank", report.samples_per_rank},
+        {"accuracy_target", report.accuracy_target.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.accuracy_target)},
+        {"kept_in_float", report.target_steps.empty() ? std::vector<std::string>{} : report.target_steps.back().kept_in_float},
+        {"target_steps", target_steps},
     };
     return json;
 }
@@ -175,7 +209,8 @@ inline std::string format_table(const quantization_report& report) {
     text += "targets\n";
     for (const target_report& t : report.targets) {
         const std::string spec = t.options.empty() ? t.backend : t.backend + ":" + t.options;
-        row(t.path.empty() ? "(whole model)" : t.path.c_str(), spec);
+        row(t.path.empty() ? "(whole model)" : t.path.c_str(),
+            t.calibration.empty() ? spec : spec + " (calibration: " + t.calibration + ")");
     }
     for (const adjustment& a : report.adjustments)
         row(("  " + (a.module_path.empty() ? std::string("(model)") : a.module_path)).c_str(), a.change);
@@ -199,6 +234,11 @@ inline std::string format_table(const quantization_report& report) {
                        number("%.2fx", report.speedup()) + ", batch " + std::to_string(report.batch_size) + ", " +
                        std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
     row("quantize time", number("%.3f s", report.quantize_seconds));
+    if (report.world_size > 1) {
+        std::string samples;
+        for (const std::int64_t count : report.samples_per_rank) samples += (samples.empty() ? "" : " / ") + std::to_string(count);
+        row("processes", std::to_string(report.world_size) + " (calibration samples per rank: " + samples + ")");
+    }
     if (report.qat_steps)
         row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
                                 ", final loss " + number("%.4f", *report.qat_final_loss));
@@ -215,8 +255,20 @@ inline std::string format_table(const quantization_report& report) {
                                        std::to_string(f->differing_elements) + " of " +
                                        std::to_string(f->compared_elements) + " int8 outputs differ");
     }
+    if (!report.target_steps.empty()) {
+        text += "accuracy target (" + report.accuracy_target + "): layers kept in float, one more each step\n";
+        for (const accuracy_target_step& step : report.target_steps) {
+            std::string kept = step.kept_in_float.empty() ? "(none)" : "";
+            for (const std::string& layer : step.kept_in_float) kept += (kept.empty() ? "" : ", ") + layer;
+            std::string measured = sqnr(step.sqnr_db);
+            if (step.quantized_accuracy) measured += ", top-1 " + number("%.2f %%", 100.0 * *step.quantized_accuracy);
+            row((std::to_string(step.kept_in_float.size()) + " in float").c_str(),
+                measured + (step.met ? " (met)" : "") + ": " + kept);
+        }
+    }
     if (!report.per_layer.empty()) {
-        text += "per layer (output SQNR with only that layer quantized, worst first)\n";
+        text += "per layer (output SQNR with only that layer quantized, worst first; " +
+                std::to_string(report.per_layer_samples) + " samples)\n";
         for (const layer_sqnr& layer : report.per_layer) row(layer.name.c_str(), sqnr(layer.sqnr_db));
     }
     return text;

@@ -3,6 +3,7 @@
 // descriptor). No LibTorch header: the CLI and its fuzz target share it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,15 @@ inline constexpr std::string_view exclude_spec = "none";
 // A target's backend as reports show it: its serialized name, or exclude_spec.
 inline std::string backend_shown(const target_info& target) {
     return std::string(target.is_exclude() ? exclude_spec : target.backend->name);
+}
+
+// How a backend calibrates its static activations, as reports show it: "entropy", or
+// "histogram (default)" when no calibration option chose it; empty when nothing is calibrated.
+inline std::string calibration_shown(const backend_descriptor& backend) {
+    const std::optional<calibration_method> method = calibration_of(backend.config);
+    if (!method) return {};
+    const bool chosen = std::string_view(backend.options).find("calibration=") != std::string_view::npos;
+    return std::string(to_string(*method)) + (chosen ? "" : " (default)");
 }
 
 // Throws error(invalid_argument) naming the text and the expected form. The path is checked

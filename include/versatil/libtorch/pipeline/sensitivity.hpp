@@ -1,0 +1,292 @@
+// Per-layer sensitivity from one calibration: the model's output SQNR with only one layer
+// quantized, for every layer, without quantizing the model again per layer. The converted
+// model (convert.hpp) computes in float what the lowered model computes in integers: each
+// value is quantized and dequantized where the engine quantizes it, with the qparams the
+// calibration gave. Here every one of those quantize ops gets a switch, all off (the value
+// passes as it is), and each layer's switches are turned on in turn: one evaluation pass per
+// layer, where the previous analysis prepared, calibrated, converted and lowered the model once
+// per layer.
+//
+// A layer's quantize ops are those of the values its quantizable ops read and produce: their
+// inputs and weights (before any op that passes quantization through, such as flatten or max
+// pool) and their outputs (after an activation fused with them, such as conv + relu), with the
+// requantizations that follow in the engine (average pooling after the layer runs quantized
+// and puts its result on the layer's grid). Each is quantized with the whole model's qparams:
+// what the deployed model does there. A value quantized once for several readers is quantized
+// for all of them, as when the layer is quantized alone.
+#pragma once
+
+#include <torch/csrc/jit/ir/scope.h>
+#include <torch/csrc/jit/passes/quantization/helper.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/graph_walk.hpp"
+#include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/pipeline/report.hpp"
+
+namespace versatil::libtorch {
+
+namespace sensitivity_detail {
+
+inline bool is_quantize(const ::torch::jit::Node* node) {
+    return node->kind() == c10::aten::quantize_per_tensor || node->kind() == c10::aten::quantize_per_channel;
+}
+
+// The module a node of the inlined graph comes from, by its inlined call stack ("" for the
+// model's own forward).
+inline std::string module_path_of(const ::torch::jit::Node* node) {
+    std::string path;
+    for (auto frame = node->callstack(); frame; frame = (*frame)->callee()) {
+        const c10::optional<::torch::jit::ModuleInstanceInfo> instance = (*frame)->module_instance();
+        if (!instance) continue;
+        path += (path.empty() ? "" : ".") + instance->instance_name();
+    }
+    return path;
+}
+
+inline bool inside(std::string_view path, std::string_view layer) {
+    return path == layer || (path.size() > layer.size() && path.starts_with(layer) && path[layer.size()] == '.');
+}
+
+// Ops that pass quantization through but compute new values (average pooling, mean, clamp):
+// the engine runs them on their input's grid, where a layer quantized alone would have its input
+// observed after them, on a grid of its own.
+inline bool changes_values(::torch::jit::Node* node) {
+    return ::torch::jit::isSingleInputGeneralValueAtenFunction(node) || ::torch::jit::isClamp(node);
+}
+
+// A requantization: a quantize op whose scale is another quantized value's (q_scale), as convert
+// puts after average pooling.
+inline bool requantizes(const ::torch::jit::Node* quantize) {
+    return quantize->kind() == c10::aten::quantize_per_tensor && quantize->input(1)->node()->kind() == c10::aten::q_scale;
+}
+
+// The quantize op whose result `value` is, through ops that keep a quantized tensor quantized
+// (flatten, view, max pool, average pool: LibTorch's pass-through ops), or none.
+// `borrowed_grid` is set when the value is on a grid observed elsewhere: reached through an op
+// that changes values, or a requantization.
+inline ::torch::jit::Node* quantized_by(::torch::jit::Value* value, bool& borrowed_grid) {
+    std::unordered_set<const ::torch::jit::Value*> seen;
+    while (seen.insert(value).second) {
+        if (is_quantize(value->node())) {
+            borrowed_grid = borrowed_grid || requantizes(value->node());
+            return value->node();
+        }
+        const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(value);
+        if (sources.size() != 1) return nullptr;
+        borrowed_grid = borrowed_grid || changes_values(value->node());
+        value = sources.front();
+    }
+    return nullptr;
+}
+
+// The quantize ops of a quantizable op's inputs (each read through a dequantize).
+inline void input_quantizers(::torch::jit::Node* op, std::set<::torch::jit::Node*>& found, bool& borrowed_grid) {
+    for (::torch::jit::Value* input : op->inputs())
+        if (input->node()->kind() == c10::aten::dequantize)
+            if (::torch::jit::Node* quantize = quantized_by(input->node()->input(0), borrowed_grid))
+                found.insert(quantize);
+}
+
+// The quantize ops of a quantizable op's output, through ops that pass quantization through.
+inline void output_quantizers(::torch::jit::Value* value, std::set<::torch::jit::Node*>& found,
+                              std::unordered_set<const ::torch::jit::Value*>& seen) {
+    if (!seen.insert(value).second) return;
+    for (const ::torch::jit::Use& use : value->uses()) {
+        if (is_quantize(use.user) && use.offset == 0) {
+            found.insert(use.user);
+            continue;
+        }
+        for (::torch::jit::Value* output : use.user->outputs()) {
+            const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(output);
+            if (std::find(sources.begin(), sources.end(), value) != sources.end()) output_quantizers(output, found, seen);
+        }
+    }
+}
+
+// The ops that read the qparams (q_scale, q_zero_point, dtype) of what `quantize` produced,
+// through ops that pass quantization through.
+inline std::vector<::torch::jit::Node*> qparams_readers(::torch::jit::Node* quantize) {
+    std::vector<::torch::jit::Node*> readers;
+    std::vector<::torch::jit::Value*> pending{quantize->output()};
+    std::unordered_set<const ::torch::jit::Value*> seen;
+    while (!pending.empty()) {
+        ::torch::jit::Value* value = pending.back();
+        pending.pop_back();
+        if (!seen.insert(value).second) continue;
+        for (const ::torch::jit::Use& use : value->uses()) {
+            const c10::Symbol kind = use.user->kind();
+            if (kind == c10::aten::q_scale || kind == c10::aten::q_zero_point || kind == c10::prim::dtype) {
+                readers.push_back(use.user);
+                continue;
+            }
+            for (::torch::jit::Value* output : use.user->outputs()) {
+                const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(output);
+                if (std::find(sources.begin(), sources.end(), value) != sources.end()) pending.push_back(output);
+            }
+        }
+    }
+    return readers;
+}
+
+// The quantize ops that requantize what `quantize` produced with its qparams: an op that
+// computes new values from a quantized tensor (average pooling, mean) runs quantized in the
+// engine, its result put on the same grid.
+inline void add_requantizations(::torch::jit::Node* quantize, std::set<::torch::jit::Node*>& found) {
+    for (::torch::jit::Node* reader : qparams_readers(quantize)) {
+        if (reader->kind() != c10::aten::q_scale) continue;
+        for (const ::torch::jit::Use& use : reader->output()->uses())
+            if (is_quantize(use.user) && use.offset == 1 && found.insert(use.user).second) add_requantizations(use.user, found);
+    }
+}
+
+}  // namespace sensitivity_detail
+
+// A copy of a converted model whose quantize ops can be switched off and on, by layer.
+class switchable_quantization {
+public:
+    switchable_quantization(const ::torch::jit::Module& converted, const std::vector<std::string>& layers,
+                            ::torch::jit::QuantType quant_type)
+        : module_(converted.clone()) {
+        using namespace sensitivity_detail;
+        // Dynamic targets are analysed by quantizing each layer alone (quantize.hpp): no
+        // calibration to share, and a dynamic op's output stays float, which this model of
+        // quantize ops around an op does not follow.
+        if (quant_type != ::torch::jit::QuantType::STATIC)
+            throw error(error_kind::invalid_argument, "per-layer sensitivity from one calibration is for static targets");
+        const std::shared_ptr<::torch::jit::Graph> graph = module_.get_method("forward").graph();
+        for (::torch::jit::Node* op : nodes_where(graph, [&](::torch::jit::Node* node) {
+                 return ::torch::jit::nodeQuantizable(node, quant_type);
+             })) {
+            std::set<::torch::jit::Node*> quantizers;
+            bool input_on_borrowed_grid = false;
+            input_quantizers(op, quantizers, input_on_borrowed_grid);
+            std::set<::torch::jit::Node*> outputs;
+            for (::torch::jit::Value* output : op->outputs()) {
+                std::unordered_set<const ::torch::jit::Value*> seen;
+                output_quantizers(output, outputs, seen);
+            }
+            for (::torch::jit::Node* quantize : std::set<::torch::jit::Node*>(outputs))
+                add_requantizations(quantize, outputs);
+            quantizers.insert(outputs.begin(), outputs.end());
+            const std::string path = module_path_of(op);
+            for (const std::string& layer : layers) {
+                if (!inside(path, layer)) continue;
+                layers_[layer].insert(quantizers.begin(), quantizers.end());
+                if (input_on_borrowed_grid) measured_alone_.insert(layer);
+            }
+        }
+        for (const std::string& layer : layers) layers_[layer];  // a layer with nothing found stays float
+        make_switches(graph);
+    }
+
+    // Quantizes `layer`'s values (true) or lets them pass as they are (false).
+    void quantize_layer(const std::string& layer, bool on) {
+        for (::torch::jit::Node* quantize : layers_.at(layer)) module_.setattr(switches_.at(quantize), on);
+    }
+
+    // Whether switching `layer` on here gives what quantizing it alone gives: not when its input
+    // is on a grid observed elsewhere (fc after average pooling reads the
+    // pooling input's grid here, a grid of its own when quantized alone: 37.3 against 39.4 dB on
+    // the benchmark's resnet_cnn, enough to reorder the ranking).
+    [[nodiscard]] bool stands_for_alone(const std::string& layer) const { return !measured_alone_.contains(layer); }
+
+    const ::torch::jit::Module& module() const { return module_; }
+
+private:
+    ::torch::jit::Module module_;
+    std::map<std::string, std::set<::torch::jit::Node*>> layers_;
+    std::set<std::string> measured_alone_;
+    std::map<::torch::jit::Node*, std::string> switches_;
+
+    // Each quantize op becomes `if self._quantize_<n>: quantize(x) else: x`, off. A value left
+    // as it is then flows into dequantize (which hands a float tensor back unchanged) and into
+    // the ops that read qparams from a quantized tensor, which are given the quantize op's own
+    // qparams instead.
+    void make_switches(const std::shared_ptr<::torch::jit::Graph>& graph) {
+        dequantize_lists_item_by_item(graph);
+        ::torch::jit::Value* self = graph->inputs()[0];
+        const std::vector<::torch::jit::Node*> quantizers = nodes_where(graph, sensitivity_detail::is_quantize);
+        for (::torch::jit::Node* quantize : quantizers) {
+            if (quantize->kind() == c10::aten::quantize_per_tensor) read_qparams_from_inputs(quantize);
+            const std::string name = "_quantize_" + std::to_string(switches_.size());
+            module_.register_attribute(name, c10::BoolType::get(), false);
+            switches_[quantize] = name;
+            const ::torch::jit::WithInsertPoint before(quantize);
+            ::torch::jit::Value* on = graph->insertGetAttr(self, name);
+            ::torch::jit::Node* choice = graph->insertNode(graph->create(c10::prim::If, {on}, 1));
+            choice->output()->setType(quantize->output()->type());
+            quantize->output()->replaceAllUsesWith(choice->output());
+            ::torch::jit::Block* quantized = choice->addBlock();
+            ::torch::jit::Block* unchanged = choice->addBlock();
+            quantize->moveBefore(quantized->return_node());
+            quantized->registerOutput(quantize->output());
+            unchanged->registerOutput(quantize->input(0));
+        }
+    }
+
+    // dequantize of a list of tensors has no kernel for a list of float tensors (a switched-off
+    // quantize op leaves them float): each item is dequantized on its own instead.
+    static void dequantize_lists_item_by_item(const std::shared_ptr<::torch::jit::Graph>& graph) {
+        const auto lists = nodes_where(graph, [](const ::torch::jit::Node* node) {
+            return node->kind() == c10::aten::dequantize && node->input()->node()->kind() == c10::prim::ListConstruct;
+        });
+        for (::torch::jit::Node* node : lists) {
+            const ::torch::jit::WithInsertPoint before(node);
+            std::vector<::torch::jit::Value*> items;
+            for (::torch::jit::Value* item : node->input()->node()->inputs()) {
+                ::torch::jit::Node* dequantize = graph->insertNode(graph->create(c10::aten::dequantize, {item}));
+                dequantize->output()->setType(c10::TensorType::get());
+                items.push_back(dequantize->output());
+            }
+            ::torch::jit::Node* list = graph->insertNode(graph->createList(c10::TensorType::get(), items));
+            node->output()->replaceAllUsesWith(list->output());
+            node->destroy();
+        }
+    }
+
+    // q_scale / q_zero_point / dtype of what a per-tensor quantize op produced are its scale,
+    // zero point and dtype arguments.
+    static void read_qparams_from_inputs(::torch::jit::Node* quantize) {
+        for (::torch::jit::Node* reader : sensitivity_detail::qparams_readers(quantize)) {
+            const std::size_t argument = reader->kind() == c10::aten::q_scale       ? 1
+                                         : reader->kind() == c10::aten::q_zero_point ? 2
+                                                                                     : 3;
+            reader->output()->replaceAllUsesWith(quantize->input(argument));
+        }
+    }
+};
+
+// The layers the per-layer analysis reports: the modules inside a target (not the whole model)
+// whose own code calls a quantizable op.
+inline std::vector<std::string> analysed_layers(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+    std::vector<std::string> layers;
+    for (const auto& item : model.named_modules())
+        if (!item.name.empty() && quantizer.quantizer_for(item.name) &&
+            calls_op(item.value, quantizable_op_test(quantizer.is_dynamic())))
+            layers.push_back(item.name);
+    return layers;
+}
+
+// The first `samples` samples of `batches` (all of them for 0), in the same batches.
+inline std::vector<batch> first_samples(const std::vector<batch>& batches, std::int64_t samples) {
+    if (samples <= 0) return batches;
+    std::vector<batch> kept;
+    for (const batch& inputs : batches) {
+        if (samples <= 0) break;
+        kept.push_back(inputs.samples() <= samples ? inputs : inputs.rows(0, samples));
+        samples -= inputs.samples();
+    }
+    return kept;
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,479 @@
+// The accuracy steps of the cle and bias_correction options, on models trained on Fashion-MNIST
+// (Debian's dataset-fashion-mnist) and on one scripted in Python: cross-layer equalization keeps
+// the float model's function and equalizes paired weight ranges, each option changes what is
+// quantized, bias correction removes the mean output error, and the caller's model is left as
+// it was. Figures are printed (torch_test_accuracy_steps -s) for the notes and RESULTS.md.
+#include "doctest_with_torch.hpp"
+#include "torch_test_helpers.hpp"
+
+#include <torch/csrc/jit/passes/fold_conv_bn.h>
+
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "versatil/libtorch.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+
+namespace {
+
+using versatil::testing::quantize_with;
+using versatil::testing::trained_classifier;
+using versatil::testing::trained_fashion_mnist;
+
+runtime_quantizer whole_model(std::string_view spec) {
+    auto backend = parse_backend_spec(spec);
+    REQUIRE_MESSAGE(backend.has_value(), std::string(spec));
+    return *runtime_quantizer::compose({{"", *backend}});
+}
+
+// "x86_inductor" + "cle" -> "x86_inductor:cle"; "xnnpack:per_tensor" + "cle" -> "xnnpack:per_tensor,cle".
+std::string with_options(const std::string& spec, const std::string& options) {
+    if (options.empty()) return spec;
+    return spec + (spec.find(':') == std::string::npos ? ":" : ",") + options;
+}
+
+// Every parameter and buffer by name, copied.
+std::map<std::string, at::Tensor> tensors_of(const ::torch::jit::Module& model) {
+    std::map<std::string, at::Tensor> tensors;
+    for (const auto& item : model.named_parameters()) tensors.emplace(item.name, item.value.clone());
+    for (const auto& item : model.named_buffers()) tensors.emplace("buffer " + item.name, item.value.clone());
+    return tensors;
+}
+
+// The model as prepare sees it before observers: eval mode, batch norm folded.
+::torch::jit::Module folded(const ::torch::jit::Module& model) {
+    ::torch::jit::Module copy = model.clone();
+    copy.eval();
+    return ::torch::jit::FoldConvBatchNorm(copy);
+}
+
+// How well one per-tensor scale fits a layer's output channels: the mean over channels of the
+// channel's largest |weight| over the tensor's. 1 when every channel spans the whole range.
+double per_tensor_fit(const at::Tensor& weight) {
+    const at::Tensor ranges = weight.abs().reshape({weight.size(0), -1}).amax(1);
+    return (ranges / ranges.max()).mean().item<double>();
+}
+
+// Each converted layer's weight scales (the attributes convert stores for the quantized weights).
+std::map<std::string, at::Tensor> weight_scales(const ::torch::jit::Module& converted) {
+    std::map<std::string, at::Tensor> scales;
+    for (const auto& item : converted.named_modules())
+        for (const auto& attribute : item.value.named_attributes(/*recurse=*/false))
+            if (attribute.name.starts_with("weight") && attribute.name.find("_scale_") != std::string::npos)
+                scales.emplace(item.name + "." + attribute.name,
+                               attribute.value.isTensor() ? attribute.value.toTensor().clone()
+                                                          : at::tensor(attribute.value.toDouble()));
+    return scales;
+}
+
+// Activation scales of a converted model (quantize_per_tensor qparams stored on the modules).
+std::map<std::string, double> activation_scales(const ::torch::jit::Module& converted) {
+    std::map<std::string, double> scales;
+    for (const auto& item : converted.named_modules())
+        for (const auto& attribute : item.value.named_attributes(/*recurse=*/false))
+            if (!attribute.name.starts_with("weight") && attribute.name.ends_with("_scale_0") && attribute.value.isDouble())
+                scales.emplace(item.name + "." + attribute.name, attribute.value.toDouble());
+    return scales;
+}
+
+converted_model calibrated_and_converted(const ::torch::jit::Module& model, std::string_view spec,
+                                         const std::vector<batch>& calibration) {
+    prepared_model prepared = prepare(model, whole_model(spec));
+    calibrate(prepared, calibration, {false});
+    return convert(prepared);
+}
+
+// The mean signed output error per output (logit), averaged in absolute value: what bias
+// correction removes, measured on the held-out test images.
+double mean_output_bias(const trained_classifier& t, const lowered_model& lowered) {
+    const engine_scope engine(engine_settings{lowered.plan.engine, 1, std::nullopt});
+    const at::Tensor reference = run_batches(t.model, t.data.evaluation).tensors.front().to(at::kDouble);
+    const at::Tensor quantized = run_batches(lowered.module.deepcopy(), t.data.evaluation).tensors.front().to(at::kDouble);
+    return (quantized - reference).mean(0).abs().mean().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("cross-layer equalization keeps the float outputs and equalizes the paired weight ranges") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mobilenet");
+    ::torch::jit::Module model = folded(t.model);
+    const layer_graph graph = find_layer_graph(model);
+    // stem -> dw1 -> pw1 -> dw2 -> pw2 -> dw3 -> pw3, all through ReLU modules; the fc follows pooling.
+    REQUIRE(graph.links.size() == 6);
+    CHECK(graph.links.front().producer == "features.0.0");
+    CHECK(graph.links.front().consumer == "features.1.depthwise");
+    CHECK(graph.links.back().consumer == "features.3.pointwise");
+    for (const layer_link& link : graph.links) CHECK(link.activation == activation_kind::relu);
+
+    std::map<std::string, double> fit_before;
+    for (const weighted_layer& layer : graph.layers)
+        fit_before[layer.path] = per_tensor_fit(find_submodule(model, layer.path).attr("weight").toTensor());
+    const at::Tensor images = at::cat({t.data.evaluation[0].input(0), t.data.evaluation[1].input(0)});
+    const at::Tensor before = model.forward({images}).toTensor();
+    int sweeps = 0;
+    const auto chains = equalize_links(model, graph.links, [](const auto&, const auto&) { return true; }, {}, &sweeps);
+    const at::Tensor after = model.forward({images}).toTensor();
+    REQUIRE(chains.size() == 1);
+    CHECK(chains.front().size() == 7);
+
+    // Exact in float64; what is left is float32 rounding: each rescaled weight is rounded once
+    // (relative error <= 2^-24 = 6e-8) and the convolutions sum in another order over operands of
+    // another size. Seven layers deep, that stays within a few 1e-7 of the largest logit; 1e-5
+    // leaves a margin of ten over the measured figure and is far below any quantization error
+    // (int8 steps are ~4e-3 of a range).
+    const double relative = ((after - before).abs().max() / before.abs().max()).item<double>();
+    MESSAGE("CLE: " << sweeps << " sweeps; largest output change " << relative << " of the largest logit");
+    CHECK(relative < 1e-5);
+    CHECK(at::argmax(after, 1).equal(at::argmax(before, 1)));
+
+    // Equalized: paired channels have the same range (to the sweeps' tolerance) ...
+    for (const layer_link& link : graph.links) {
+        CAPTURE(link.producer);
+        const at::Tensor w1 = find_submodule(model, link.producer).attr("weight").toTensor().to(at::kDouble);
+        const at::Tensor w2 = find_submodule(model, link.consumer).attr("weight").toTensor().to(at::kDouble);
+        const std::int64_t groups = w1.size(0) / w2.size(1);
+        const at::Tensor r1 = w1.abs().reshape({w1.size(0), -1}).amax(1);
+        const at::Tensor r2 = w2.abs().reshape({groups, w2.size(0) / groups, w2.size(1), -1}).amax({1, 3}).reshape({-1});
+        CHECK(((r1 - r2).abs() / r1).max().item<double>() < 1e-4);
+    }
+    // ... and a per-tensor scale fits the channels better, most where it fitted worst.
+    std::string fits;
+    double worst_before = 1.0, worst_after = 1.0;
+    for (const weighted_layer& layer : graph.layers) {
+        const double fit = per_tensor_fit(find_submodule(model, layer.path).attr("weight").toTensor());
+        fits += layer.path + " " + std::to_string(fit_before[layer.path]) + " -> " + std::to_string(fit) + "; ";
+        worst_before = std::min(worst_before, fit_before[layer.path]);
+        if (layer.path != "fc") worst_after = std::min(worst_after, fit);
+    }
+    MESSAGE("mean channel range / tensor range: " << fits);
+    CHECK(worst_after > worst_before);
+}
+
+TEST_CASE("each option changes what is quantized") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mobilenet");
+    const converted_model plain = calibrated_and_converted(t.model, "xnnpack:per_tensor", t.data.calibration);
+    const converted_model equalized = calibrated_and_converted(t.model, "xnnpack:per_tensor,cle", t.data.calibration);
+
+    // cle: the weights' qparams and the activations' ranges between equalized layers move.
+    const auto plain_weights = weight_scales(plain.module), equalized_weights = weight_scales(equalized.module);
+    REQUIRE(plain_weights.size() == 8);
+    REQUIRE(equalized_weights.size() == plain_weights.size());
+    int weights_changed = 0;
+    for (const auto& [name, scale] : plain_weights) weights_changed += at::equal(scale, equalized_weights.at(name)) ? 0 : 1;
+    CHECK(weights_changed == 7);  // every equalized conv; the fc is in no chain
+    const auto plain_activations = activation_scales(plain.module), equalized_activations = activation_scales(equalized.module);
+    int activations_changed = 0;
+    for (const auto& [name, scale] : plain_activations)
+        activations_changed += equalized_activations.count(name) && equalized_activations.at(name) != scale ? 1 : 0;
+    MESSAGE("cle changed " << weights_changed << " weight scales and " << activations_changed << " of "
+                           << plain_activations.size() << " activation scales");
+    CHECK(activations_changed > 0);
+
+    // bias_correction: after calibration, the biases of the converted model.
+    converted_model corrected = calibrated_and_converted(t.model, "xnnpack:per_tensor,bias_correction", t.data.calibration);
+    REQUIRE(corrected.float_model.has_value());
+    CHECK_FALSE(plain.float_model.has_value());  // kept only where a target corrects biases
+    ::torch::jit::Module before = corrected.module.clone();
+    correct_biases_for_targets(corrected, t.data.calibration);
+    int biases_changed = 0;
+    for (const char* path : {"features.0.0", "features.1.depthwise", "features.2.pointwise", "fc"})
+        biases_changed += at::equal(find_submodule(before, path).attr("bias").toTensor(),
+                                    find_submodule(corrected.module, path).attr("bias").toTensor())
+                              ? 0
+                              : 1;
+    CHECK(biases_changed == 4);
+    CHECK(weight_scales(corrected.module).size() == 8);
+    REQUIRE_FALSE(corrected.adjustments.empty());
+    MESSAGE(corrected.adjustments.back().change);
+    CHECK(corrected.adjustments.back().change.starts_with("bias correction: 8 layer(s) corrected on 256 of the 512 calibration samples"));
+}
+
+TEST_CASE("bias correction lowers the mean output error on held-out data") {
+    versatil::testing::require_fashion_mnist();
+    for (const std::string kind : {"mobilenet", "cnn"}) {
+        const trained_classifier& t = trained_fashion_mnist(kind);
+        for (const std::string spec : {"xnnpack:per_tensor", "x86_inductor"}) {
+            CAPTURE(kind);
+            CAPTURE(spec);
+            const runtime_quantizer plain = whole_model(spec), corrected = whole_model(with_options(spec, "bias_correction"));
+            const double without = mean_output_bias(t, quantize_model(t.model, plain, t.data, {.progress = false}));
+            const double with = mean_output_bias(t, quantize_model(t.model, corrected, t.data, {.progress = false}));
+            MESSAGE(kind << " " << spec << ": mean |E[q - f]| per logit " << without << " -> " << with);
+            CHECK(with < without);
+        }
+    }
+}
+
+TEST_CASE("SQNR with and without cle and bias_correction, where per-tensor weights meet depthwise layers") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mobilenet");
+    std::map<std::string, double> sqnr;
+    for (const std::string base : {"xnnpack:per_tensor", "x86_inductor", "xnnpack"})
+        for (const std::string options : {"", "cle", "bias_correction", "cle,bias_correction"}) {
+            const std::string spec = with_options(base, options);
+            const quantization_report report = quantize_with(t, spec);
+            sqnr[spec] = report.sqnr_db;
+            MESSAGE(spec << ": SQNR " << report.sqnr_db << " dB, top-1 " << *report.quantized_accuracy
+                                   << " (float " << *report.float_accuracy << "), quantize " << report.quantize_seconds
+                                   << " s");
+            CHECK(report.quantized_ops == report.quantizable_ops);
+            CHECK(*report.quantized_accuracy >= *report.float_accuracy - 0.01);
+        }
+    // Per-tensor weights are where equalization matters.
+    CHECK(sqnr["xnnpack:per_tensor,cle"] > sqnr["xnnpack:per_tensor"] + 1.0);
+    CHECK(sqnr["xnnpack:per_tensor,cle,bias_correction"] > sqnr["xnnpack:per_tensor"] + 1.0);
+}
+
+TEST_CASE("the report states the steps per target and what each did") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mobilenet");
+    auto quantizer = runtime_quantizer::compose({{"features", *parse_backend_spec("xnnpack:per_tensor,cle,bias_correction")},
+                                                 {"fc", *parse_backend_spec("xnnpack:per_tensor")}});
+    REQUIRE(quantizer.has_value());
+    const quantization_report report =
+        quantize(t.model, *quantizer, t.data, {.per_layer = false, .progress = false}).report;
+    REQUIRE(report.targets.size() == 2);
+    CHECK(report.targets[0].options == "per_tensor,cle,bias_correction");
+    CHECK(report.targets[1].options == "per_tensor");
+    std::string changes;
+    for (const adjustment& a : report.adjustments) changes += a.module_path + ": " + a.change + "\n";
+    MESSAGE(changes);
+    CHECK(changes.find("features.0.0: cle: weight ranges equalized along features.0.0 -> features.1.depthwise -> "
+                       "features.1.pointwise -> features.2.depthwise -> features.2.pointwise -> features.3.depthwise -> "
+                       "features.3.pointwise") != std::string::npos);
+    CHECK(changes.find("features: bias correction: 7 layer(s) corrected") != std::string::npos);
+    CHECK(changes.find("fc:") == std::string::npos);  // its target has neither option
+    const nlohmann::json json = to_json(report);
+    CHECK(json["targets"][0]["options"] == "per_tensor,cle,bias_correction");
+    const std::string table = format_table(report);
+    CHECK(table.find("xnnpack:per_tensor,cle,bias_correction") != std::string::npos);
+}
+
+TEST_CASE("the caller's model is left as it was") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mobilenet");
+    const auto before = tensors_of(t.model);
+    const std::string graph_before = t.model.get_method("forward").graph()->toString();
+    (void)quantize(t.model, whole_model("x86_inductor:cle,bias_correction"), t.data, {.per_layer = true, .progress = false});
+    (void)quantize(t.model, whole_model("xnnpack:per_tensor,cle,bias_correction"), t.data, {.per_layer = false, .progress = false});
+    const auto after = tensors_of(t.model);
+    REQUIRE(after.size() == before.size());
+    for (const auto& [name, tensor] : before) {
+        CAPTURE(name);
+        CHECK(at::equal(tensor, after.at(name)));
+    }
+    CHECK(t.model.get_method("forward").graph()->toString() == graph_before);
+    CHECK_FALSE(t.model.hasattr("_versatil_output_sum"));
+}
+
+TEST_CASE("linear -> relu -> linear chains equalize too, for static, dynamic and QAT targets") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mlp");
+    const layer_graph graph = find_layer_graph(t.model);
+    REQUIRE(graph.links.size() == 3);  // layers.0 -> layers.2 -> layers.4 -> head
+    const at::Tensor images = t.data.evaluation[0].input(0);
+    ::torch::jit::Module model = t.model;
+    const at::Tensor reference = model.forward({images}).toTensor();
+    for (const std::string spec : {"xnnpack:per_tensor,cle", "xnnpack:dynamic,per_tensor,cle", "x86_inductor:qat,cle"}) {
+        CAPTURE(spec);
+        prepared_model prepared = prepare(t.model, whole_model(spec));
+        const prepared_model plain = prepare(t.model, whole_model(spec.substr(0, spec.size() - 4)));  // without ",cle"
+        // Observers pass values through: the prepared model is the equalized float model.
+        const ::torch::NoGradGuard no_grad;
+        const at::Tensor output = prepared.module.forward({images}).toTensor();
+        CHECK(((output - reference).abs().max() / reference.abs().max()).item<double>() < 1e-5);
+        CHECK_FALSE(at::equal(find_submodule(prepared.module, "layers.2").attr("weight").toTensor(),
+                              find_submodule(plain.module, "layers.2").attr("weight").toTensor()));
+        CHECK(prepared.adjustments.front().change.starts_with("cle: weight ranges equalized along layers.0 -> layers.2 -> "
+                                                              "layers.4 -> head"));
+    }
+    for (const std::string spec : {"xnnpack:dynamic,per_tensor", "xnnpack:dynamic,per_tensor,cle"})
+        MESSAGE(spec << ": SQNR " << quantize_with(t, spec).sqnr_db << " dB");
+    // Dynamic targets skip prepare where the direct path covers the model (dynamic.hpp): it
+    // equalizes too, and says so.
+    const std::optional<lowered_model> direct =
+        lower_dynamic_directly(t.model, plan_for(whole_model("xnnpack:dynamic,per_tensor,cle")));
+    REQUIRE(direct.has_value());
+    REQUIRE(!direct->adjustments.empty());
+    CHECK(direct->adjustments.front().change.starts_with("cle: weight ranges equalized along layers.0 -> layers.2"));
+}
+
+TEST_CASE("links pass through relu and pooling, not through flatten, and keep the float outputs") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    ::torch::jit::Module model = folded(t.model);
+    std::string links;
+    for (const layer_link& link : find_layer_graph(model).links)
+        links += link.producer + "->" + link.consumer + (link.activation == activation_kind::relu ? " (relu)" : "") + "; ";
+    // features.0 -> relu -> max_pool -> features.4; features.4's output is flattened into fc1.
+    CHECK(links == "features.0->features.4 (relu); classifier.fc1->classifier.fc2 (relu); ");
+    const at::Tensor images = t.data.evaluation[0].input(0);
+    const at::Tensor before = model.forward({images}).toTensor();
+    const auto chains = equalize_links(model, find_layer_graph(model).links, [](const auto&, const auto&) { return true; });
+    CHECK(chains.size() == 2);
+    const at::Tensor after = model.forward({images}).toTensor();
+    CHECK(((after - before).abs().max() / before.abs().max()).item<double>() < 1e-5);
+    for (const std::string spec : {"xnnpack:per_tensor", "xnnpack:per_tensor,cle"})
+        MESSAGE("cnn " << spec << ": SQNR " << quantize_with(t, spec).sqnr_db << " dB");
+}
+
+TEST_CASE("a model scripted in Python: nn.Conv2d and nn.ReLU equalize, nn.ReLU6 is left alone") {
+    versatil::testing::require_python_torch();
+    const versatil::testing::scratch_directory directory("versatil-cle-");
+    const std::string script = (directory.path / "make.py").string(), file = (directory.path / "model.pt").string();
+    std::ofstream(script) << R"PY(import sys
+import torch
+from torch import nn
+torch.manual_seed(0)
+def block(cin, cout, act):
+    return nn.Sequential(nn.Conv2d(cin, cin, 3, padding=1, groups=cin, bias=False), nn.BatchNorm2d(cin), act(inplace=True),
+                         nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), act(inplace=True))
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), block(8, 16, nn.ReLU), block(16, 16, nn.ReLU6),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+for m in model.modules():
+    if isinstance(m, nn.BatchNorm2d):
+        m.running_mean.uniform_(-0.5, 0.5); m.running_var.uniform_(0.5, 2.0)
+        m.weight.data.uniform_(0.2, 3.0); m.bias.data.uniform_(-0.5, 0.5)
+torch.jit.script(model.eval()).save(sys.argv[1])
+)PY";
+    REQUIRE(std::system((std::string(versatil::testing::torch_python) + " " + script + " " + file).c_str()) == 0);
+    ::torch::jit::Module model = ::torch::jit::load(file);
+    const layer_graph graph = find_layer_graph(folded(model));
+    std::string links;
+    for (const layer_link& link : graph.links)
+        links += link.producer + "->" + link.consumer + (link.activation == activation_kind::clipping ? " (clips)" : "") + "; ";
+    // Block 2 runs ReLU (a link into block 3), block 3 ReLU6 (no link through it).
+    CHECK(links == "0->2.0; 2.0->2.3; 2.3->3.0; 3.0->3.3 (clips); ");
+
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor,cle");
+    prepared_model prepared = prepare(model, quantizer);
+    std::string changes;
+    for (const adjustment& a : prepared.adjustments) changes += a.module_path + ": " + a.change + "\n";
+    CHECK(changes.find("0: cle: weight ranges equalized along 0 -> 2.0 -> 2.3 -> 3.0 (") != std::string::npos);
+    CHECK(changes.find("3.0: cle: not equalized with 3.3: relu6") != std::string::npos);
+    const at::Tensor images = at::randn({8, 3, 16, 16});
+    const ::torch::NoGradGuard no_grad;
+    const at::Tensor reference = model.forward({images}).toTensor();
+    const at::Tensor output = prepared.module.forward({images}).toTensor();
+    CHECK(((output - reference).abs().max() / reference.abs().max()).item<double>() < 1e-5);
+}
+
+TEST_CASE("an accuracy target keeps the fewest layers in float, worst first, until its threshold holds") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    const quantization_result full = quantize(t.model, quantizer, t.data, {.progress = false});
+    REQUIRE(full.report.per_layer.size() >= 2);
+    const std::string worst = full.report.per_layer.front().name;
+    const quantization_result worst_in_float = quantize(t.model, libtorch::detail::keeping_in_float(quantizer, {worst}),
+                                                        t.data, {.per_layer = false, .progress = false});
+    MESSAGE("all quantized " << full.report.sqnr_db << " dB; " << worst << " in float " << worst_in_float.report.sqnr_db
+                             << " dB");
+    REQUIRE(worst_in_float.report.sqnr_db > full.report.sqnr_db);
+
+    // Between the two: exactly the worst layer kept in float.
+    const double threshold = (full.report.sqnr_db + worst_in_float.report.sqnr_db) / 2;
+    const quantization_result reached =
+        quantize_to_target(t.model, quantizer, t.data, {.min_sqnr_db = threshold}, {.progress = false});
+    const std::vector<accuracy_target_step>& steps = reached.report.target_steps;
+    REQUIRE(steps.size() == 2);
+    CHECK(steps[0].kept_in_float.empty());
+    CHECK_FALSE(steps[0].met);
+    CHECK(steps[0].sqnr_db == full.report.sqnr_db);
+    CHECK(steps[1].kept_in_float == std::vector<std::string>{worst});
+    CHECK(steps[1].met);
+    CHECK(reached.report.sqnr_db >= threshold);
+    CHECK(reached.report.sqnr_db == worst_in_float.report.sqnr_db);
+    CHECK(reached.report.quantized_ops < full.report.quantized_ops);  // the layer really runs in float
+    CHECK(reached.report.per_layer.size() == full.report.per_layer.size());  // the ranking it followed
+    CHECK(to_json(reached.report)["kept_in_float"] == nlohmann::json::array({worst}));
+    CHECK(format_table(reached.report).find("accuracy target (SQNR >= ") != std::string::npos);
+
+    // Already met: nothing kept in float.
+    const quantization_result at_once =
+        quantize_to_target(t.model, quantizer, t.data, {.min_sqnr_db = full.report.sqnr_db - 1.0}, {.progress = false});
+    REQUIRE(at_once.report.target_steps.size() == 1);
+    CHECK(at_once.report.target_steps[0].met);
+    CHECK(at_once.report.sqnr_db == full.report.sqnr_db);
+
+    // Top-1: a drop of at most 100 points always holds; one of -100 never does.
+    const quantization_result any_drop =
+        quantize_to_target(t.model, quantizer, t.data, {.max_accuracy_drop = 100.0}, {.progress = false});
+    CHECK(any_drop.report.target_steps.size() == 1);
+    CHECK(any_drop.report.target_steps[0].quantized_accuracy == full.report.quantized_accuracy);
+}
+
+TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 target needs labels") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    const auto failure_of = [&](const accuracy_target& target, const quantize_data& data) -> std::pair<error_kind, std::string> {
+        try {
+            (void)quantize_to_target(t.model, quantizer, data, target, {.progress = false});
+        } catch (const error& failure) {
+            return {failure.kind(), failure.what()};
+        }
+        return {error_kind::invalid_argument, "no error"};
+    };
+    const auto [unmet_kind, unmet] = failure_of({.min_sqnr_db = 200.0}, t.data);
+    CHECK(unmet_kind == error_kind::accuracy_target_unmet);
+    CHECK(unmet.find("SQNR >= 200.00 dB is not met even with ") != std::string::npos);
+    CHECK(unmet.find("analysed layers kept in float; the best step reached ") != std::string::npos);
+    const auto [negative_kind, negative] = failure_of({.max_accuracy_drop = -100.0}, t.data);
+    CHECK(negative_kind == error_kind::accuracy_target_unmet);
+    const quantize_data unlabelled{t.data.calibration, t.data.evaluation, std::nullopt};
+    const auto [unlabelled_kind, no_labels] = failure_of({.max_accuracy_drop = 1.0}, unlabelled);
+    CHECK(unlabelled_kind == error_kind::no_evaluation_data);
+    CHECK(no_labels.find("labelled held-out data") != std::string::npos);
+}
+
+// The issue's yardstick: no more layers in float than a greedy search keeps, which tries every
+// remaining layer at each step and keeps the one that raises the SQNR most (one quantization per
+// candidate, so quadratic in the layers: fine for this CNN's four). Checked at every threshold
+// between the SQNRs the greedy search passes through.
+//
+// NOT MET, kept visible (should_fail: doctest reports it once it passes): at 46.25 dB the greedy
+// search keeps 2 layers in float and the per-layer ranking 3; a layer's cost alone is not its
+// gain once others are float. Issue 12 is open on it.
+TEST_CASE("an accuracy target keeps no more layers in float than a greedy one-layer-at-a-time search" *
+          doctest::should_fail()) {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("cnn");
+    const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    const quantize_options quiet{.per_layer = false, .progress = false};
+    const auto sqnr_keeping = [&](const std::vector<std::string>& kept) {
+        return quantize(t.model, libtorch::detail::keeping_in_float(quantizer, kept), t.data, quiet).report.sqnr_db;
+    };
+    const std::vector<layer_sqnr> ranking = quantize(t.model, quantizer, t.data, {.progress = false}).report.per_layer;
+    std::vector<std::string> remaining;
+    for (const layer_sqnr& layer : ranking) remaining.push_back(layer.name);
+    std::vector<std::string> greedy;
+    std::vector<double> greedy_sqnr{sqnr_keeping({})};
+    while (remaining.size() > 1) {
+        double best = -std::numeric_limits<double>::infinity();
+        std::size_t chosen = 0;
+        for (std::size_t i = 0; i < remaining.size(); ++i) {
+            std::vector<std::string> trial = greedy;
+            trial.push_back(remaining[i]);
+            if (const double sqnr = sqnr_keeping(trial); sqnr > best) best = sqnr, chosen = i;
+        }
+        greedy.push_back(remaining[chosen]);
+        remaining.erase(remaining.begin() + static_cast<std::ptrdiff_t>(chosen));
+        greedy_sqnr.push_back(best);
+    }
+    for (std::size_t k = 1; k < greedy_sqnr.size(); ++k) {
+        // The SQNR greedy reaches with k layers in float (and not before), less a hair.
+        const double threshold = greedy_sqnr[k] - 1e-6;
+        if (*std::max_element(greedy_sqnr.begin(), greedy_sqnr.begin() + static_cast<std::ptrdiff_t>(k)) >= threshold) continue;
+        const quantization_result reached =
+            quantize_to_target(t.model, quantizer, t.data, {.min_sqnr_db = threshold}, {.progress = false});
+        const std::size_t kept = reached.report.target_steps.back().kept_in_float.size();
+        MESSAGE("SQNR >= " << threshold << " dB: greedy keeps " << k << " in float, the target " << kept);
+        CHECK(kept <= k);
+    }
+}

@@ -1,0 +1,183 @@
+// The calibration methods (the calibration option, core/calibration.hpp) on models trained on
+// Fashion-MNIST: on every activation the models compute, each method's observer chooses its
+// own range (not a no-op against the default histogram search), auto's range quantizes the
+// calibration data with no more error than any single method's, and the option reaches the
+// observers and the report through the run-time spec. Figures are printed with -s.
+#include "doctest_with_torch.hpp"
+#include "torch_test_helpers.hpp"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "versatil/libtorch.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+
+namespace {
+
+using versatil::testing::trained_classifier;
+using versatil::testing::trained_fashion_mnist;
+
+// The values a chain model computes, one per leaf module, in order: each leaf's output for
+// every calibration batch. The models here (mlp, small_cnn_mlp) are chains: forward runs the
+// children in order, which the test checks against the model's own output.
+void leaf_outputs(const ::torch::jit::Module& module, const std::string& path, std::vector<at::Tensor>& inputs,
+                  std::vector<std::pair<std::string, std::vector<at::Tensor>>>& out) {
+    bool has_children = false;
+    for (const auto& child : module.named_children()) {
+        has_children = true;
+        leaf_outputs(child.value, path.empty() ? child.name : path + "." + child.name, inputs, out);
+    }
+    if (has_children) return;
+    ::torch::jit::Module leaf = module;
+    for (at::Tensor& x : inputs) x = leaf.forward({x}).toTensor();
+    out.emplace_back(path, inputs);
+}
+
+std::vector<std::pair<std::string, std::vector<at::Tensor>>> observed_tensors(const trained_classifier& t) {
+    std::vector<at::Tensor> values;
+    for (const batch& b : t.data.calibration) values.push_back(b.input(0));
+    std::vector<std::pair<std::string, std::vector<at::Tensor>>> tensors{{"input", values}};
+    leaf_outputs(t.model, "", values, tensors);
+    ::torch::jit::Module model = t.model;
+    const at::Tensor expected = model.forward({t.data.calibration.front().input(0)}).toTensor();
+    REQUIRE(at::allclose(tensors.back().second.front(), expected));
+    return tensors;
+}
+
+// xnnpack's static activation spec, observed by `method`.
+quantization_spec activation_spec(calibration_method method) {
+    quantization_spec spec = *XNNPACK<>::config.input_activation;
+    spec.observer = observer_of(method);
+    return spec;
+}
+
+struct qparams {
+    double scale;
+    std::int64_t zero_point;
+    friend bool operator==(const qparams&, const qparams&) = default;
+};
+
+qparams observe(calibration_method method, const std::vector<at::Tensor>& batches) {
+    ::torch::jit::Module observer = make_observer(activation_spec(method));
+    for (const at::Tensor& x : batches) observer.forward({x});
+    const auto result = observer.run_method("calculate_qparams").toTuple();
+    return {result->elements()[0].toTensor().item<double>(), result->elements()[1].toTensor().item<std::int64_t>()};
+}
+
+// The mean squared error of quantizing every calibration value with `q` (int8, -128..127).
+double quantization_mse(const qparams& q, const std::vector<at::Tensor>& batches) {
+    double sum = 0.0;
+    std::int64_t count = 0;
+    for (const at::Tensor& x : batches) {
+        const at::Tensor values = x.to(at::kDouble);
+        const at::Tensor restored =
+            ((values / q.scale).round() + static_cast<double>(q.zero_point)).clamp(-128, 127).sub(q.zero_point).mul(q.scale);
+        sum += (values - restored).pow(2).sum().item<double>();
+        count += x.numel();
+    }
+    return sum / static_cast<double>(count);
+}
+
+std::string spec_with(calibration_method method) { return "xnnpack:calibration=" + std::string(to_string(method)); }
+
+}  // namespace
+
+TEST_CASE("each calibration method chooses its own ranges, and auto's error is the lowest on every tensor") {
+    versatil::testing::require_fashion_mnist();
+    for (const std::string kind : {"mlp", "cnn"}) {
+        CAPTURE(kind);
+        const trained_classifier& t = trained_fashion_mnist(kind);
+        const auto tensors = observed_tensors(t);
+        REQUIRE(tensors.size() >= 8);
+        std::map<calibration_method, int> differs_from_histogram;
+        std::map<calibration_method, double> error_sum;
+        int auto_strictly_best = 0;
+        for (const auto& [name, batches] : tensors) {
+            CAPTURE(name);
+            std::map<calibration_method, qparams> chosen;
+            std::map<calibration_method, double> error;
+            for (const calibration_method method : calibration_methods) {
+                chosen[method] = observe(method, batches);
+                error[method] = quantization_mse(chosen[method], batches);
+                error_sum[method] += error[method];
+                if (!(chosen[method] == chosen[calibration_method::histogram])) ++differs_from_histogram[method];
+            }
+            // auto measures each candidate's error on the values it observed, all of them up to
+            // 2^18 (then the comparison is exact, up to the order of summation), else on a random
+            // sample of 2^17..2^18: a candidate within the sample's resolution may then be
+            // better on all the values. 0.5 % covers that; a wrong choice (a range clipping the
+            // tail, or one much too wide) costs 10 % or more (the figures printed).
+            double best_single = std::numeric_limits<double>::infinity();
+            for (const calibration_method method : calibration_methods)
+                if (method != calibration_method::automatic) best_single = std::min(best_single, error[method]);
+            std::string row;
+            for (const calibration_method method : calibration_methods)
+                row += std::string(to_string(method)) + " " + std::to_string(error[method] / error[calibration_method::histogram]) + " ";
+            MESSAGE(name << " MSE / histogram's: " << row << " histogram MSE " << error[calibration_method::histogram]);
+            std::int64_t values = 0;
+            for (const at::Tensor& x : batches) values += x.numel();
+            const double tolerance = values <= observer_ops::auto_sample_capacity ? 1e-9 : 5e-3;
+            CHECK(error[calibration_method::automatic] <= best_single * (1 + tolerance));
+            auto_strictly_best += error[calibration_method::automatic] < error[calibration_method::histogram] ? 1 : 0;
+        }
+        std::string summary;
+        for (const calibration_method method : calibration_methods)
+            summary += std::string(to_string(method)) + " " + std::to_string(error_sum[method]) + " (" +
+                       std::to_string(differs_from_histogram[method]) + " of " + std::to_string(tensors.size()) +
+                       " ranges differ from histogram); ";
+        MESSAGE(kind << ": summed MSE over observed tensors: " << summary << "auto below histogram on "
+                     << auto_strictly_best);
+        // Not a no-op: every method other than the histogram search chooses another range for
+        // some tensor, and histogram itself is the default observer's.
+        CHECK(differs_from_histogram[calibration_method::histogram] == 0);
+        for (const calibration_method method : calibration_methods)
+            if (method != calibration_method::histogram) CHECK_MESSAGE(differs_from_histogram[method] > 0, to_string(method));
+        CHECK(error_sum[calibration_method::automatic] <= error_sum[calibration_method::histogram]);
+    }
+}
+
+TEST_CASE("the calibration option reaches the observers and the report") {
+    versatil::testing::require_fashion_mnist();
+    const trained_classifier& t = trained_fashion_mnist("mlp");
+    const quantization_report plain = versatil::testing::quantize_with(t, "xnnpack");
+    REQUIRE(plain.targets.size() == 1);
+    CHECK(plain.targets.front().calibration == "histogram (default)");
+    CHECK(format_table(plain).find("xnnpack (calibration: histogram (default))") != std::string::npos);
+    std::string figures = "xnnpack default " + std::to_string(plain.sqnr_db) + " dB";
+    for (const calibration_method method : calibration_methods) {
+        CAPTURE(to_string(method));
+        const quantization_report report = versatil::testing::quantize_with(t, spec_with(method));
+        CHECK(report.targets.front().calibration == to_string(method));
+        CHECK(to_json(report)["targets"][0]["calibration"] == std::string(to_string(method)));
+        figures += "; " + std::string(to_string(method)) + " " + std::to_string(report.sqnr_db) + " dB";
+        // The same observers as the default's give the same model; any other method another one.
+        if (method == calibration_method::histogram)
+            CHECK(report.sqnr_db == plain.sqnr_db);
+        else
+            CHECK(report.sqnr_db != plain.sqnr_db);
+    }
+    MESSAGE("mlp output SQNR per method: " << figures);
+    // Dynamic and QAT targets calibrate nothing, and say so by leaving the field empty.
+    CHECK(versatil::testing::quantize_with(t, "xnnpack:dynamic").targets.front().calibration.empty());
+}
+
+TEST_CASE("unknown calibration methods and options that calibrate nothing are rejected by name") {
+    auto unknown = parse_backend_spec("xnnpack:calibration=kl");
+    REQUIRE_FALSE(unknown.has_value());
+    CHECK(unknown.error().message ==
+          "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
+          "percentile, entropy, auto)");
+    auto twice = parse_backend_spec("x86_inductor:calibration=auto,calibration=entropy");
+    REQUIRE_FALSE(twice.has_value());
+    CHECK(twice.error().message.starts_with("more than one calibration method"));
+    auto dynamic = parse_backend_spec("xnnpack:dynamic,calibration=minmax");
+    REQUIRE_FALSE(dynamic.has_value());
+    CHECK(dynamic.error().message.starts_with("options 'calibration' and 'dynamic' do not combine"));
+    auto combined = parse_backend_spec("x86_inductor:calibration=auto,cle,bias_correction");
+    REQUIRE(combined.has_value());
+    CHECK((*combined)->options == "cle,bias_correction,calibration=auto");
+    CHECK(calibration_of((*combined)->config) == calibration_method::automatic);
+}

@@ -1,0 +1,299 @@
+// The quantize flow's two shortcuts (issue 13) against the paths they replace, which are
+// rebuilt here as the reference:
+//   - the direct dynamic path (dynamic.hpp) against prepare / calibrate / convert / lower, on
+//     models scripted by Python's torch from torchvision and hand-written modules (the zoo):
+//     the same outputs bit for bit and the same saved module;
+//   - per-layer sensitivity from one calibration (sensitivity.hpp) against one quantization
+//     per layer, on the benchmark models trained on Fashion-MNIST: the same ranking.
+#include "doctest_with_torch.hpp"
+
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <unordered_map>
+#include <string>
+#include <vector>
+
+#include "torch_test_helpers.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/fashion_mnist.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/files/data_file.hpp"
+#include "versatil/libtorch/pipeline/training.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+namespace fs = std::filesystem;
+
+namespace {
+
+runtime_quantizer compose(std::vector<runtime_target> targets) {
+    auto composed = runtime_quantizer::compose(std::move(targets));
+    REQUIRE_MESSAGE(composed.has_value(), (composed ? "" : composed.error().message));
+    return *composed;
+}
+
+const backend_descriptor* backend(std::string_view spec) { return *parse_backend_spec(spec); }
+
+lowering_options lowering_for(const std::vector<batch>& calibration) {
+    return {.sample = calibration.front(), .threads = 1};
+}
+
+// The graph-mode path every target took before the direct one.
+lowered_model graph_mode(const ::torch::jit::Module& model, const quantization_plan& plan,
+                         const std::vector<batch>& calibration) {
+    prepared_model prepared = prepare(model, plan);
+    calibrate(prepared, calibration, {false});
+    return lower(convert(prepared), lowering_for(calibration));
+}
+
+model_outputs outputs_on(const lowered_model& lowered, const std::vector<batch>& batches) {
+    const engine_scope engine(engine_settings{lowered.plan.engine, 1, std::nullopt});
+    return run_batches(lowered.module.deepcopy(), batches);
+}
+
+// A type's name without the ___torch_mangle_<n> that numbers the classes of one process.
+std::string unmangled(std::string text) {
+    return std::regex_replace(text, std::regex(R"(___torch_mangle_\d+\.)"), "");
+}
+
+// A node as text: its kind, attributes and inputs, with each input named by what defines it.
+// A constant is named by its value (as the graph prints it, <Tensor> for a large one; outputs
+// compared bit for bit cover those), so the order in which constants are pooled, which
+// differs between the two paths, does not count, nor does a source location.
+struct value_names {
+    std::unordered_map<const ::torch::jit::Value*, std::string> of;
+    int computed = 0;  // values other than constants, numbered in order
+    std::string next(const ::torch::jit::Value* value) { return of[value] = "%" + std::to_string(computed++); }
+};
+
+void print_block(const ::torch::jit::Block* block, value_names& names, std::string& text) {
+    for (const ::torch::jit::Node* node : block->nodes()) {
+        if (node->kind() == c10::prim::Constant) {
+            std::ostringstream printed;
+            printed << *node;
+            std::string line = printed.str();
+            line = line.substr(line.find(" = ") + 3);
+            line = line.substr(0, line.find(" #"));
+            names.of[node->output()] = unmangled(node->output()->type()->str() + " " + line.substr(0, line.find('\n')));
+            continue;
+        }
+        std::string line = std::string(node->kind().toQualString());
+        if (node->hasAttribute(c10::attr::name)) line += "[" + node->s(c10::attr::name) + "]";
+        line += "(";
+        for (const ::torch::jit::Value* input : node->inputs()) line += names.of.at(input) + ", ";
+        line += ") ->";
+        for (const ::torch::jit::Value* output : node->outputs()) {
+            line += " " + names.next(output) + ": " + unmangled(output->type()->str());
+        }
+        text += line + "\n";
+        for (const ::torch::jit::Block* nested : node->blocks()) {
+            for (const ::torch::jit::Value* input : nested->inputs()) (void)names.next(input);
+            text += "{\n";
+            print_block(nested, names, text);
+            text += "}\n";
+        }
+    }
+    text += "return";
+    for (const ::torch::jit::Value* output : block->outputs()) text += " " + names.of.at(output);
+    text += "\n";
+}
+
+// What a saved module is, apart from the values of its tensors (the outputs, compared bit for
+// bit, cover those): its forward's ops in order with their inputs (dead code left out: it is
+// not saved), and its attributes' names and types.
+std::string saved_form(const ::torch::jit::Module& module) {
+    const std::shared_ptr<::torch::jit::Graph> graph = module.get_method("forward").graph()->copy();
+    ::torch::jit::EliminateDeadCode(graph);
+    value_names names;
+    std::string text;
+    for (const ::torch::jit::Value* input : graph->inputs())
+        text += "input " + names.next(input) + ": " + unmangled(input->type()->str()) + "\n";
+    print_block(graph->block(), names, text);
+    for (const auto& attribute : module.named_attributes(/*recurse=*/true))
+        text += attribute.name + ": " + unmangled(attribute.value.type()->annotation_str()) + "\n";
+    return text;
+}
+
+void check_same_outputs(const model_outputs& a, const model_outputs& b) {
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (std::size_t i = 0; i < a.tensors.size(); ++i) CHECK(at::equal(a.tensors[i], b.tensors[i]));
+}
+
+// The zoo models (tests/zoo/make_zoo.py), written once for this process by Debian's python3-torch.
+const fs::path& zoo() {
+    static const versatil::testing::scratch_directory directory("versatil-shortcuts-zoo-");
+    static const bool written = [] {
+        versatil::testing::require_python_torch();
+        const std::string command = std::string(versatil::testing::torch_python) + " " VERSATIL_SOURCE_ROOT
+                                    "/tests/zoo/make_zoo.py " + directory.path.string() +
+                                    " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small > /dev/null";
+        return std::system(command.c_str()) == 0;
+    }();
+    REQUIRE_MESSAGE(written, "tests/zoo/make_zoo.py failed (it needs python3-torch, python3-torchvision and "
+                             "dataset-fashion-mnist: tools/install-deps)");
+    return directory.path;
+}
+
+}  // namespace
+
+TEST_CASE("the direct dynamic path builds what graph mode builds, on models scripted by Python's torch") {
+    struct model_case {
+        const char* name;
+        const char* target;  // "" for the whole model
+        bool direct;         // false: a targeted linear is beyond the direct path, graph mode runs
+    };
+    // ViT (torchvision), a transformer encoder over int64 token ids, two hand-written blocks,
+    // tuple outputs, two inputs, a torchvision CNN whose only linears are the classifier's;
+    // and targets on a part of a model, where graph mode quantizes only that part. ViT's and the
+    // text model's nn.MultiheadAttention call linear inside `if` branches, on weights sliced at
+    // run time: beyond the direct path, so those two go through graph mode.
+    for (const model_case& c : {model_case{"vit", "", false}, model_case{"text", "", false},
+                                model_case{"encoder", "", true}, model_case{"multitask", "", true},
+                                model_case{"two_inputs", "", true}, model_case{"mobilenet_v3_small", "", true},
+                                model_case{"encoder", "blocks.1", true},
+                                model_case{"vit", "encoder.layers.encoder_layer_0.mlp", true}}) {
+        const ::torch::jit::Module model = load_model(zoo() / (std::string(c.name) + ".pt"));
+        const quantize_data data = batches_of(load_data_file(zoo() / (std::string(c.name) + ".data.pt")), 16);
+        for (const char* spec : {"x86_inductor:dynamic", "xnnpack:dynamic"}) {
+            const std::string name = c.name, target = c.target, backend_spec = spec;
+            CAPTURE(name);
+            CAPTURE(target);
+            CAPTURE(backend_spec);
+            const quantization_plan plan = plan_for(compose({{c.target, backend(spec)}}));
+            const lowered_model before = graph_mode(model, plan, data.calibration);
+            const std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering_for(data.calibration));
+            REQUIRE(direct.has_value() == c.direct);
+            if (!direct) continue;
+            CHECK(libtorch::detail::count_nodes(direct->module, [](std::string_view kind) {
+                      return kind == "quantized::linear_dynamic";
+                  }) > 0);
+            check_same_outputs(outputs_on(before, data.evaluation), outputs_on(*direct, data.evaluation));
+            CHECK(saved_form(direct->module) == saved_form(before.module));
+
+            // Saved and loaded again, as a user deploys it: still the same module and outputs.
+            const versatil::testing::scratch_directory files("versatil-shortcuts-saved-");
+            before.module.save((files.path / "before.pt").string());
+            direct->module.save((files.path / "direct.pt").string());
+            lowered_model loaded_before{::torch::jit::load((files.path / "before.pt").string()), plan, {}};
+            lowered_model loaded_direct{::torch::jit::load((files.path / "direct.pt").string()), plan, {}};
+            CHECK(saved_form(loaded_direct.module) == saved_form(loaded_before.module));
+            check_same_outputs(outputs_on(loaded_before, data.evaluation), outputs_on(loaded_direct, data.evaluation));
+        }
+    }
+}
+
+TEST_CASE("the direct dynamic path leaves static targets and QAT to graph mode") {
+    const ::torch::jit::Module model = small_cnn_mlp(0);
+    CHECK_FALSE(lower_dynamic_directly(model, plan_for(compose({{"", backend("x86_inductor")}}))).has_value());
+    CHECK_FALSE(lower_dynamic_directly(model, plan_for(compose({{"", backend("xnnpack:qat")}}))).has_value());
+}
+
+TEST_CASE("a target on one of several linears reading one input takes graph mode, which quantizes that input for all") {
+    const ::torch::jit::Module model = transformer_encoder(0);
+    const quantization_plan plan = plan_for(compose({{"encoder.0.self_attn.q_proj", backend("x86_inductor:dynamic")}}));
+    CHECK_FALSE(lower_dynamic_directly(model, plan).has_value());
+    CHECK(lower_dynamic_directly(model, plan_for(compose({{"encoder.0.self_attn", backend("x86_inductor:dynamic")}})))
+              .has_value());
+}
+
+namespace {
+
+// The per-layer analysis as it was before issue 13: each layer quantized alone, by a whole
+// prepare / calibrate / convert / lower, then evaluated.
+std::vector<layer_sqnr> one_quantization_per_layer(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                                   const std::vector<batch>& calibration,
+                                                   const std::vector<batch>& evaluation) {
+    const model_outputs reference = run_batches(model, evaluation);
+    std::vector<layer_sqnr> layers;
+    for (const std::string& layer : analysed_layers(model, quantizer)) {
+        const lowered_model lowered =
+            graph_mode(model, plan_for(compose({{layer, quantizer.quantizer_for(layer)->backend}})), calibration);
+        layers.push_back({layer, compare_outputs(reference, outputs_on(lowered, evaluation)).overall.sqnr_db});
+    }
+    std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    return layers;
+}
+
+std::vector<std::string> names_of(const std::vector<layer_sqnr>& layers) {
+    std::vector<std::string> names;
+    for (const layer_sqnr& layer : layers) names.push_back(layer.name);
+    return names;
+}
+
+}  // namespace
+
+TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one quantization per layer does") {
+    versatil::testing::require_fashion_mnist();
+    const dataset train = load_fashion_mnist(fashion_mnist_split::train, 4000);
+    const dataset test = load_fashion_mnist(fashion_mnist_split::test, 500);
+    const std::vector<batch> calibration = split_batches(train.images.slice(0, 0, 256), 32);
+    const std::vector<batch> evaluation = split_batches(test.images, 250);
+    struct model_case {
+        const char* name;
+        ::torch::jit::Module (*build)();
+        double learning_rate;
+    };
+    // The benchmark's models (benchmarks/torch_models.cpp), trained briefly: a trained model's
+    // layers differ in sensitivity as a random one's may not. resnet_cnn's `fc` reads its input
+    // through average pooling, which the one calibration cannot stand for (sensitivity.hpp,
+    // stands_for_alone): it is quantized alone, and the ranking must still hold.
+    for (const model_case& c : {model_case{"mlp", [] { return mlp(0); }, 2e-3},
+                                model_case{"transformer_encoder", [] { return transformer_encoder(0); }, 1e-3},
+                                model_case{"resnet_cnn", [] { return resnet_cnn(0); }, 2e-3},
+                                model_case{"mobilenet_cnn", [] { return mobilenet_cnn(0); }, 2e-3}}) {
+        ::torch::jit::Module model = c.build();
+        training_options training;
+        training.steps = 60;
+        training.learning_rate = c.learning_rate;
+        training.num_threads = 1;
+        (void)train_classifier(model, train.images, train.labels, training);
+        for (const char* spec : {"x86_inductor", "xnnpack", "x86_inductor:dynamic", "xnnpack:dynamic"}) {
+            const std::string name = c.name, backend_spec = spec;
+            CAPTURE(name);
+            CAPTURE(backend_spec);
+            const runtime_quantizer quantizer = compose({{"", backend(spec)}});
+            if (name == "transformer_encoder" && backend_spec == "xnnpack:dynamic") {
+                // Graph mode quantizing q_proj alone also quantizes the input k_proj and v_proj
+                // read, as int8 with the zero point _choose_qparams_per_tensor computes for uint8:
+                // LibTorch throws, as the analysis did before (a known failure, kept visible).
+                CHECK_THROWS(one_quantization_per_layer(model, quantizer, calibration, evaluation));
+                CHECK_THROWS(quantize(model, quantizer, {calibration, evaluation, std::nullopt}, {.progress = false}));
+                continue;
+            }
+            const std::vector<layer_sqnr> before = one_quantization_per_layer(model, quantizer, calibration, evaluation);
+
+            // quantize() itself, all evaluation samples, the calibration the whole model is lowered with.
+            const quantization_result result =
+                quantize(model, quantizer, {calibration, evaluation, std::nullopt}, {.progress = false});
+            MESSAGE(c.name << " " << spec << ": " << before.size() << " layers");
+            for (std::size_t i = 0; i < before.size() && i < result.report.per_layer.size(); ++i)
+                MESSAGE("  " << before[i].name << " " << before[i].sqnr_db << " dB | " << result.report.per_layer[i].name
+                             << " " << result.report.per_layer[i].sqnr_db << " dB");
+            REQUIRE(!before.empty());
+            CHECK(names_of(result.report.per_layer) == names_of(before));
+            CHECK(result.report.per_layer_samples == 500);
+        }
+    }
+}
+
+TEST_CASE("per_layer_samples limits the per-layer analysis to the first samples, and the report says so") {
+    const quantize_data data{versatil::testing::smooth_batches(8, 32, 1), versatil::testing::smooth_batches(4, 32, 2),
+                             std::nullopt};
+    const runtime_quantizer quantizer = compose({{"", backend("x86_inductor")}});
+    quantize_options options{.progress = false};
+    options.per_layer_samples = 40;  // one batch and 8 samples of the next
+    const quantization_result limited = quantize(small_cnn_mlp(0), quantizer, data, options);
+    CHECK(limited.report.per_layer_samples == 40);
+    CHECK(to_json(limited.report)["per_layer_samples"] == 40);
+    CHECK(format_table(limited.report).find("40 samples") != std::string::npos);
+    const quantization_result all = quantize(small_cnn_mlp(0), quantizer, data, {.progress = false});
+    CHECK(all.report.per_layer_samples == 128);
+    REQUIRE(all.report.per_layer.size() == limited.report.per_layer.size());
+    // The whole-model figures do not depend on it.
+    CHECK(all.report.sqnr_db == limited.report.sqnr_db);
+}
