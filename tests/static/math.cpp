@@ -49,6 +49,12 @@ static_assert(choose_qparams(1.0F, -1.0F, u8, false, true) == quantization_param
 static_assert(choose_qparams(__builtin_nanf(""), 1.0F, u8, false, true) == quantization_params{1.0F, 0});
 constexpr quantization_params huge = choose_qparams(-3.0e38F, 3.0e38F, u8, false, true);
 static_assert(huge.scale > 0.0F && huge.scale <= 3.4028235e38F && huge.zero_point >= 0 && huge.zero_point <= 255);
+// 32-bit destinations (a bias's range): max - min passes int32, and constant evaluation
+// rejects the overflow, so these compile only if the span is taken in 64 bits.
+static_assert(choose_qparams(-0x1p20F, 0x1p20F, quant_range{-(1 << 30), 1 << 30}, true, false) ==
+              quantization_params{0x1p-10F, 0});
+static_assert(choose_qparams(-0x1p20F, 0x1p20F, quant_range{INT32_MIN, INT32_MAX}, false, false) ==
+              quantization_params{0x1p-11F, 0});
 
 // Through a spec, honouring reduce_range.
 constexpr quantization_spec x86_activation{};  // uint8 0..255 affine

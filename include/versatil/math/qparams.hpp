@@ -26,6 +26,10 @@ struct quant_range {
     friend constexpr bool operator==(const quant_range&, const quant_range&) = default;
 };
 
+// max - min in 64 bits: a 32-bit destination's range (a bias's, up to 2^32 - 1 wide) does
+// not fit the int32 it is stored in.
+constexpr std::int64_t level_span(quant_range range) noexcept { return std::int64_t{range.max} - range.min; }
+
 // reduce_range drops one bit, as PyTorch does for customised ranges (quant_min // 2,
 // quant_max // 2): 0..255 becomes 0..127, -128..127 becomes -64..63.
 constexpr quant_range effective_range(std::int32_t quant_min, std::int32_t quant_max, bool reduce_range) noexcept {
@@ -47,14 +51,14 @@ constexpr quantization_params choose_qparams(float min_val, float max_val, quant
 
     if (symmetric) {
         const float bound = -min_neg > max_pos ? -min_neg : max_pos;
-        const float half_levels = static_cast<float>(range.max - range.min) / 2.0F;
+        const float half_levels = static_cast<float>(level_span(range)) / 2.0F;
         const float scale = finite_scale(static_cast<double>(bound) / static_cast<double>(half_levels));
         const std::int32_t zero_point =
             unsigned_dtype ? static_cast<std::int32_t>(floor_div(std::int64_t{range.min} + range.max, 2)) : 0;
         return {scale, zero_point};
     }
 
-    const float levels = static_cast<float>(range.max - range.min);
+    const float levels = static_cast<float>(level_span(range));
     // The difference in double: for ranges near float's limits it would overflow in float.
     const double width = static_cast<double>(max_pos) - static_cast<double>(min_neg);
     const double width_f = width > largest ? width : static_cast<double>(static_cast<float>(width));
