@@ -14,6 +14,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <string>
 #include <vector>
@@ -252,19 +253,21 @@ TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one qu
         training.learning_rate = c.learning_rate;
         training.num_threads = 1;
         (void)train_classifier(model, train.images, train.labels, training);
-        for (const char* spec : {"x86_inductor", "xnnpack", "x86_inductor:dynamic", "xnnpack:dynamic"}) {
+        if (std::string_view(c.name) == "transformer_encoder") {
+            // Graph mode quantizing q_proj alone also quantizes the input k_proj and v_proj
+            // read, as int8 with the zero point _choose_qparams_per_tensor computes for uint8:
+            // LibTorch throws, as the analysis did before (a known failure, kept visible).
+            CHECK_THROWS(quantize(model, compose({{"", backend("xnnpack:dynamic")}}), {calibration, evaluation, std::nullopt},
+                                  {.progress = false}));
+        }
+        // Static targets only: a dynamic target's layers are each quantized alone by the direct
+        // path, which the first test case proves equal to graph mode bit for bit, so comparing
+        // them with graph mode layer by layer again tests nothing new, at the suite's largest cost.
+        for (const char* spec : {"x86_inductor", "xnnpack"}) {
             const std::string name = c.name, backend_spec = spec;
             CAPTURE(name);
             CAPTURE(backend_spec);
             const runtime_quantizer quantizer = compose({{"", backend(spec)}});
-            if (name == "transformer_encoder" && backend_spec == "xnnpack:dynamic") {
-                // Graph mode quantizing q_proj alone also quantizes the input k_proj and v_proj
-                // read, as int8 with the zero point _choose_qparams_per_tensor computes for uint8:
-                // LibTorch throws, as the analysis did before (a known failure, kept visible).
-                CHECK_THROWS(one_quantization_per_layer(model, quantizer, calibration, evaluation));
-                CHECK_THROWS(quantize(model, quantizer, {calibration, evaluation, std::nullopt}, {.progress = false}));
-                continue;
-            }
             const std::vector<layer_sqnr> before = one_quantization_per_layer(model, quantizer, calibration, evaluation);
 
             // quantize() itself, all evaluation samples, the calibration the whole model is lowered with.
