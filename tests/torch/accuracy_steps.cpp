@@ -193,7 +193,7 @@ TEST_CASE("each option changes what is quantized") {
     CHECK(corrected.adjustments.back().change.starts_with("bias correction: 8 layer(s) corrected on 256 of the 512 calibration samples"));
 }
 
-TEST_CASE("bias correction lowers the mean output error on held-out data") {
+TEST_CASE("bias correction lowers the mean output error on held-out data" * doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     for (const std::string kind : {"mobilenet", "cnn"}) {
         const trained_classifier& t = trained_fashion_mnist(kind);
@@ -209,7 +209,8 @@ TEST_CASE("bias correction lowers the mean output error on held-out data") {
     }
 }
 
-TEST_CASE("SQNR with and without cle and bias_correction, where per-tensor weights meet depthwise layers") {
+TEST_CASE("SQNR with and without cle and bias_correction, where per-tensor weights meet depthwise layers" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("mobilenet");
     std::map<std::string, double> sqnr;
@@ -363,7 +364,8 @@ torch.jit.script(model.eval()).save(sys.argv[1])
     CHECK(((output - reference).abs().max() / reference.abs().max()).item<double>() < 1e-5);
 }
 
-TEST_CASE("an accuracy target keeps the fewest layers in float, worst first, until its threshold holds") {
+TEST_CASE("an accuracy target keeps the fewest layers in float, worst first, until its threshold holds" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("cnn");
     const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
@@ -441,6 +443,7 @@ TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 t
 // search keeps 2 layers in float and the per-layer ranking 3; a layer's cost alone is not its
 // gain once others are float. Issue 12 is open on it.
 TEST_CASE("an accuracy target keeps no more layers in float than a greedy one-layer-at-a-time search" *
+          doctest::test_suite("yardstick") *
           doctest::should_fail()) {
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("cnn");

@@ -85,7 +85,8 @@ std::string spec_with(calibration_method method) { return "xnnpack:calibration="
 
 }  // namespace
 
-TEST_CASE("each calibration method chooses its own ranges, and auto's error is the lowest on every tensor") {
+TEST_CASE("each calibration method chooses its own ranges, and auto's error is the lowest on every tensor" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     for (const std::string kind : {"mlp", "cnn"}) {
         CAPTURE(kind);

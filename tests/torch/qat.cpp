@@ -97,7 +97,8 @@ TEST_CASE("observation follows train() and eval(), and freeze_observers stops it
     CHECK(at::equal(observed_minima(prepared.module), after_training));
 }
 
-TEST_CASE("QAT fine-tuning on Fashion-MNIST converts to int8 at least as accurate as post-training quantization") {
+TEST_CASE("QAT fine-tuning on Fashion-MNIST converts to int8 at least as accurate as post-training quantization" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const dataset train = load_fashion_mnist(fashion_mnist_split::train, 12000);
     const dataset test = load_fashion_mnist(fashion_mnist_split::test, 2000);

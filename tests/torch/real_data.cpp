@@ -39,7 +39,8 @@ void check_quantized(const trained_classifier& t, const expectation& e) {
 
 }  // namespace
 
-TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every backend") {
+TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every backend" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("cnn");
     MESSAGE("float top-1: " << t.float_accuracy);
@@ -54,7 +55,8 @@ TEST_CASE("a trained CNN + MLP keeps its top-1 within one point under every back
         check_quantized(t, e);
 }
 
-TEST_CASE("the depthwise-separable CNN keeps its top-1 within one point with xnnpack's per-channel default") {
+TEST_CASE("the depthwise-separable CNN keeps its top-1 within one point with xnnpack's per-channel default" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("mobilenet");
     MESSAGE("float top-1: " << t.float_accuracy);

@@ -228,7 +228,8 @@ std::vector<std::string> names_of(const std::vector<layer_sqnr>& layers) {
 
 }  // namespace
 
-TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one quantization per layer does") {
+TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one quantization per layer does" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const dataset train = load_fashion_mnist(fashion_mnist_split::train, 4000);
     const dataset test = load_fashion_mnist(fashion_mnist_split::test, 500);

@@ -29,7 +29,8 @@ double mean(const std::vector<double>& values, size_t begin, size_t end) {
 
 }  // namespace
 
-TEST_CASE("small_cnn_mlp trained on 5000 Fashion-MNIST images passes 80 % test top-1") {
+TEST_CASE("small_cnn_mlp trained on 5000 Fashion-MNIST images passes 80 % test top-1" *
+          doctest::test_suite("yardstick")) {
     versatil::testing::require_fashion_mnist();
     const auto train = vt::load_fashion_mnist(fashion_mnist_split::train, 5000);
     const auto test = vt::load_fashion_mnist(fashion_mnist_split::test);
