@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
                    "evaluation samples the per-layer analysis runs on (default 0: all)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--min-sqnr", target.min_sqnr_db,
-                   "accuracy target: keep in float the fewest layers, worst per-layer SQNR first, until the output "
-                   "SQNR is at least DB (exit 2, nothing written, if no step reaches it)");
+                   "accuracy target: keep layers in float one at a time, each step the one that gains most (greedy), "
+                   "until the output SQNR is at least DB (exit 2, nothing written, if no step reaches it)");
     app.add_option("--max-accuracy-drop", target.max_accuracy_drop,
                    "accuracy target: as --min-sqnr, until top-1 is at most POINTS below the float model's (needs "
                    "the data file's test and test_labels)");

@@ -289,9 +289,18 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     return detail::measure(model, lowered, data, options, nullptr);
 }
 
-// Quantizes and measures. Calls from several threads take turns (engine.hpp).
-inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                    const quantize_data& data, const quantize_options& options = {}) {
+namespace detail {
+
+struct quantized_and_measured {
+    quantization_result result;
+    std::optional<converted_model> converted;  // post-training: the model of the one calibration
+};
+
+// quantize(), keeping the converted model: the accuracy target's greedy search switches its
+// quantize ops (sensitivity.hpp) instead of calibrating again per candidate.
+inline quantized_and_measured quantize_keeping_converted(const ::torch::jit::Module& model,
+                                                         const runtime_quantizer& quantizer, const quantize_data& data,
+                                                         const quantize_options& options) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
     const auto start = std::chrono::steady_clock::now();
     quantize_data conformed = data;
@@ -315,7 +324,15 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
         report.qat_seconds = done.training->seconds;
         report.qat_final_loss = done.training->training.final_loss;
     }
-    return {std::move(done.model), std::move(report)};
+    return {{std::move(done.model), std::move(report)}, std::move(done.converted)};
+}
+
+}  // namespace detail
+
+// Quantizes and measures. Calls from several threads take turns (engine.hpp).
+inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    return detail::quantize_keeping_converted(model, quantizer, data, options).result;
 }
 
 // Prepares and calibrates as quantize does, and stops there: for a process that only
