@@ -519,6 +519,43 @@ def forward(self, x):
                          error);
 }
 
+// The range merge of distributed/qat.hpp on its own: fake-quantizers (per tensor and per
+// channel, averaging constant 0.3 so that the moving average moves visibly) observe a rank's
+// slice of each global batch, then merge; one fake-quantizer observes the whole batch. The
+// moving-average update is monotone in the batch's min/max, so they agree bit for bit at every
+// step, though each rank's own update differs.
+TEST_CASE("fake-quantize ranges merged across ranks equal the global batch's moving-average update bit for bit") {
+    process_group& world = group();
+    const std::vector<at::Tensor> values = activations();  // 32 batches of [32, 8, 26, 26]
+    quantization_spec per_tensor = spec_of(observer_kind::min_max);
+    quantization_spec per_channel = spec_of(observer_kind::per_channel_min_max);
+    per_tensor.observer = observer_kind::moving_average_min_max;
+    per_channel.observer = observer_kind::moving_average_per_channel_min_max;
+    for (quantization_spec spec : {per_tensor, per_channel}) {
+        CAPTURE(to_string(spec.observer));
+        spec.is_fake_quantize = true;
+        spec.averaging_constant = 0.3F;
+        ::torch::jit::Module whole = make_fake_quantize(spec), mine = make_fake_quantize(spec);
+        whole.train();
+        mine.train();
+        std::int64_t local_differed = 0;
+        const std::int64_t slice = values.front().size(0) / world.size();
+        for (std::size_t step = 0; step < 8; ++step) {
+            (void)whole.forward({values[step]});
+            (void)mine.forward({values[step].slice(0, slice * world.rank(), slice * (world.rank() + 1))});
+            local_differed += at::equal(mine.attr("min_val").toTensor(), whole.attr("min_val").toTensor()) &&
+                                      at::equal(mine.attr("max_val").toTensor(), whole.attr("max_val").toTensor())
+                                  ? 0
+                                  : 1;
+            distributed_qat_detail::merge_ranges(mine, world);
+            CHECK(at::equal(mine.attr("min_val").toTensor(), whole.attr("min_val").toTensor()));
+            CHECK(at::equal(mine.attr("max_val").toTensor(), whole.attr("max_val").toTensor()));
+        }
+        const std::vector<std::int64_t> differed = world.all_gather(local_differed, "checking the slices differ");
+        CHECK(std::accumulate(differed.begin(), differed.end(), std::int64_t{0}) > 0);  // so the test can fail
+    }
+}
+
 // The tolerance. Distributed training computes each step's gradient as the mean of the ranks'
 // slice means where one process takes the mean over the global batch: the same sums in another
 // order, which differ by float32 rounding, at most about log2(n) u of the sum of the terms'
