@@ -8,12 +8,13 @@
 // The fake-quantize ranges (moving-average min/max, fake_quantize.hpp) move in each rank's
 // forward from its own slice; after each step they are merged with one MIN all-reduce (of the
 // minimums and the negated maximums). The update of a range from a batch's minimum x is
-// m' = m + c (x - m), computed in float32 as fl(m + fl(c fl(x - m))): each operation is
-// monotone non-decreasing in x (so is rounding), so the whole update is, and for ranks that
+// m' = m + c (x - m), computed in float32 as fl(m + fl(c fl(x - m))) with c in (0, 1]: each
+// operation is monotone non-decreasing in x (so is rounding), so the whole update is, and for ranks that
 // start the step from the same m (they do: the previous step ended with a merge),
 // min over ranks of m + c (x_r - m) = m + c (min over ranks of x_r) bit for bit, which is the
 // update with the global batch's minimum (the first observation, m' = x, likewise); maximums
-// the same way. What stays different from one process: within the step where a range moved,
+// the same way (tests/torch/distributed.cpp checks it on real activations). What stays
+// different from one process: within the step where a range moved,
 // each rank's forward fake-quantized with its own update (from its slice's minimum and maximum,
 // inside the global batch's), so that step's outputs and gradients, and the values later
 // fake-quantizers saw, are not exactly one process's. Once ranges are frozen, only the order of
