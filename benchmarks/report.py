@@ -796,6 +796,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         import scale_out as scale_out_benchmark
         lines += scale_out_benchmark.render(json.loads(scale_out.read_text()))
+    scale_out_qat = root / "benchmarks" / "results" / "scale_out_qat.json"
+    if scale_out_qat.exists():  # measured by benchmarks/scale_out.py --qat-steps, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        import scale_out as scale_out_benchmark
+        lines += scale_out_benchmark.render_qat(json.loads(scale_out_qat.read_text()))
     (root / "benchmarks" / "RESULTS.md").write_text("\n".join(lines).rstrip() + "\n")
 
 

@@ -2,7 +2,8 @@
 """versatil-quantize across processes on loopback, launched as torchrun would (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT): with 2 and 4 processes rank 0 alone writes the model
 and a report stating world_size and each rank's samples, with an output SQNR within 0.1 dB of
-one process's; a rank that never joins (rank 1, or rank 0 with the rendezvous), or dies, makes the others fail with a
+one process's; QAT with 2 and 4 processes (rank 0 alone writes; the report states each rank's
+training examples); a rank that never joins (rank 1, or rank 0 with the rendezvous), or dies, makes the others fail with a
 distributed_failure within the timeout and nothing written. Usage: check_distributed.py
 VERSATIL_QUANTIZE"""
 import json
@@ -69,6 +70,51 @@ with tempfile.TemporaryDirectory() as scratch:
         difference = abs(report["sqnr_db"] - single_report["sqnr_db"])
         check(difference < 0.5, f"{size} processes: SQNR {report['sqnr_db']} dB vs one process {single_report['sqnr_db']} dB")
         print(f"ok: {size} processes, SQNR {report['sqnr_db']:.3f} dB vs one process {single_report['sqnr_db']:.3f} dB")
+
+    # QAT across processes: every rank trains its slice (64) of each global batch of 64 x N;
+    # rank 0 alone writes, and its report states the examples each rank trained on.
+    for size in (2, 4):
+        directory = scratch / f"qat{size}"
+        directory.mkdir()
+        port = free_port()
+        processes = [start(rank, size, port, directory, "--target", "=x86_inductor:qat", "--steps", "10")
+                     for rank in range(size)]
+        results = [p.communicate(timeout=600) + (p.returncode,) for p in processes]
+        if not check(all(r[2] == 0 for r in results),
+                     f"QAT, {size} processes: exits {[r[2] for r in results]}\n" + "\n".join(r[1] for r in results)):
+            continue
+        written = sorted(p.name for p in directory.iterdir())
+        check(written == ["q0.pt", "r0.json"], f"QAT, {size} processes: wrote {written}, expected rank 0's only")
+        report = json.loads((directory / "r0.json").read_text())
+        check(report["world_size"] == size and report["qat_steps"] == 10,
+              f"QAT, {size} processes: world_size {report['world_size']}, qat_steps {report['qat_steps']}")
+        check(report["samples_per_rank"] == [640] * size,
+              f"QAT, {size} processes: samples per rank {report['samples_per_rank']}, expected {[640] * size}")
+        check("trained on 640 samples" in results[1][0], f"QAT, {size} processes: rank 1 said {results[1][0]!r}")
+        print(f"ok: QAT, {size} processes; rank 0's report: world_size {size}, samples per rank {report['samples_per_rank']}")
+
+    # A rank killed mid-training: the other stops at its next exchange, names it, writes nothing.
+    directory = scratch / "qat_killed"
+    directory.mkdir()
+    port = free_port()
+    qat_long = ("--target", "=x86_inductor:qat", "--steps", "100000", "--dist-timeout", "20")
+    survivor = start(0, 2, port, directory, *qat_long)
+    victim = start(1, 2, port, directory, *qat_long)
+    line = victim.stderr.readline()
+    check("joined" in line, f"QAT: rank 1 did not report joining: {line!r}")
+    time.sleep(3)  # well into training: the rest of start-up (preparing the model) takes well under a second
+    check(victim.poll() is None and survivor.poll() is None, "QAT: a rank ended before it was killed")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=60)
+    began = time.monotonic()
+    _, stderr = survivor.communicate(timeout=120)
+    took = time.monotonic() - began
+    check(survivor.returncode == 2 and "distributed_failure" in stderr
+          and ("averaging gradients" in stderr or "merging fake-quantize ranges" in stderr),
+          f"QAT, rank 1 killed: rank 0 exit {survivor.returncode}\n{stderr}")
+    check(took < 40, f"QAT, rank 1 killed: rank 0 took {took:.1f} s to stop with a 20 s timeout")
+    check(not any(directory.iterdir()), f"QAT, rank 1 killed: wrote {sorted(p.name for p in directory.iterdir())}")
+    print(f"ok: QAT, rank 1 killed mid-training; rank 0 stopped after {took:.1f} s: {stderr.strip().splitlines()[-1]}")
 
     # Rank 1 never starts: rank 0 gives up after the timeout, names the failure, writes nothing.
     directory = scratch / "alone"

@@ -11,7 +11,9 @@
 // With a world size above one (flags, or torchrun's variables of the same names), every
 // process runs the same command: each observes its share of the calibration batches, the
 // observers' statistics are merged over LibTorch's c10d (Gloo), and rank 0 alone converts,
-// measures and writes. A process that never joins or dies makes the others fail within the
+// measures and writes. QAT targets train as DistributedDataParallel does: each process takes
+// its slice (--batch examples) of every global batch of --batch x WORLD_SIZE, gradients are
+// averaged and fake-quantize ranges merged every step (libtorch/distributed/qat.hpp). A process that never joins or dies makes the others fail within the
 // timeout, writing nothing.
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
@@ -41,6 +43,7 @@
 #include "versatil/libtorch/distributed/world.hpp"
 #ifdef USE_C10D_GLOO
 #include "versatil/libtorch/distributed/calibration.hpp"
+#include "versatil/libtorch/distributed/qat.hpp"
 #endif
 
 namespace {
@@ -124,7 +127,7 @@ int main(int argc, char** argv) {
                    "the header's namespace (default: the header file's name without .hpp)")
         ->needs("--export");
     auto* batch_option =
-        app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat)")
+        app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat; per process across processes)")
             ->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
     app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
     world_flags world_given;
     app.add_option("--RANK", world_given.rank, "this process's rank, 0 to WORLD_SIZE - 1 (default: $RANK)");
     app.add_option("--WORLD_SIZE", world_given.world_size,
-                   "processes calibrating together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs");
+                   "processes calibrating or training together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs");
     app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)");
     app.add_option("--MASTER_PORT", world_given.master_port, "a free TCP port on rank 0's host (default: $MASTER_PORT)");
     app.add_option("--dist-timeout", world_given.timeout_seconds,
@@ -177,15 +180,14 @@ int main(int argc, char** argv) {
             throw error(error_kind::invalid_argument,
                         "an accuracy target quantizes again per step, which the other processes do not take part in; "
                         "use it with one process (WORLD_SIZE=1)");
-        if (world.is_distributed() && quantizer->is_qat())
-            throw error(error_kind::invalid_argument,
-                        "QAT across processes is not supported yet; train with one process (WORLD_SIZE=1)");
 
         inputs in = model_path ? from_files(*model_path, data_path) : embedded_default();
         if (model_path && in.data.calibration.empty() && in.data.evaluation.empty())
             throw error(error_kind::no_calibration_data,
                         "no data: give --data with a 'calib' tensor (and 'test' to measure on held-out samples)");
 
+        // QAT across processes: the batch is each process's slice, as DDP's, so the global batch
+        // is this x WORLD_SIZE.
         if (quantizer->is_qat()) qat.training.batch_size = batch_option->count() > 0 ? batch : 64;
         if (quantizer->is_qat() && !model_path) {
             // The embedded default trains on its own synthetic task: labels from a fixed random
@@ -204,15 +206,25 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
                          world.master_addr.c_str(), static_cast<unsigned>(world.master_port));
         distributed_calibration calibrated;
-        if (group)
+        distributed_qat trained;
+        if (group) {
             options.calibrate_with = [&](prepared_model& prepared, const std::vector<libtorch::batch>& batches) {
                 calibrated = calibrate_distributed(prepared, batches, *group, {.progress = world.writes_outputs()});
             };
+            options.train_with = [&](prepared_model& prepared, const at::Tensor& images, const at::Tensor& labels,
+                                     qat_options training) {
+                training.progress = training.progress && world.writes_outputs();
+                trained = train_qat_distributed(prepared, images, labels, *group, training);
+                return trained.training;
+            };
+        }
+        const std::vector<std::int64_t>& samples_per_rank =
+            quantizer->is_qat() ? trained.samples_per_rank : calibrated.samples_per_rank;
         if (!world.writes_outputs()) {
             calibrate_only(in.model, *quantizer, in.data, options);
-            std::printf("versatil-quantize: %s observed %lld calibration samples; rank 0 converts and writes\n",
-                        describe(world).c_str(),
-                        static_cast<long long>(calibrated.samples_per_rank.at(static_cast<std::size_t>(world.rank))));
+            std::printf("versatil-quantize: %s %s %lld samples; rank 0 converts and writes\n", describe(world).c_str(),
+                        quantizer->is_qat() ? "trained on" : "observed",
+                        static_cast<long long>(samples_per_rank.at(static_cast<std::size_t>(world.rank))));
             return 0;
         }
 #else
@@ -225,7 +237,7 @@ int main(int argc, char** argv) {
 #ifdef USE_C10D_GLOO
         if (group) {
             result.report.world_size = world.size;
-            result.report.samples_per_rank = calibrated.samples_per_rank;
+            result.report.samples_per_rank = samples_per_rank;
         }
 #endif
         std::optional<firmware_export> exported;

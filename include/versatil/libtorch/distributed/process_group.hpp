@@ -56,6 +56,18 @@ public:
         });
     }
 
+    // Rank `root`'s `tensor` (contiguous, CPU) copied into every rank's, in place; shapes and
+    // dtypes as for all_reduce.
+    void broadcast(at::Tensor& tensor, int root, const std::string& what) {
+        run(what, [&] {
+            std::vector<at::Tensor> tensors{tensor};
+            c10d::BroadcastOptions options;
+            options.rootRank = root;
+            options.timeout = world_.timeout;
+            group_->broadcast(tensors, options)->wait(world_.timeout);
+        });
+    }
+
     // Each rank's `value`, indexed by rank.
     std::vector<std::int64_t> all_gather(std::int64_t value, const std::string& what) {
         at::Tensor values = at::zeros({size()}, at::kLong);

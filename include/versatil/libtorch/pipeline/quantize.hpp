@@ -43,6 +43,10 @@ struct quantize_options {
     // (libtorch/distributed/calibration.hpp) observes a shard and merges across processes.
     // The per-layer analysis starts from the model this calibrated.
     std::function<void(prepared_model&, const std::vector<batch>&)> calibrate_with{};
+    // Trains QAT targets in place of train_qat when set: distributed QAT
+    // (libtorch/distributed/qat.hpp) trains a slice of each batch and averages across processes.
+    std::function<qat_result(prepared_model&, const at::Tensor& images, const at::Tensor& labels, const qat_options&)>
+        train_with{};
     // Evaluation samples the per-layer analysis runs on (0: all). Last, so that positional
     // initialisers written before it still mean what they meant.
     std::int64_t per_layer_samples = 0;
@@ -61,6 +65,27 @@ struct quantized {
     std::optional<converted_model> converted;  // post-training: what lower() lowered (per-layer analysis)
 };
 
+// Calibrates `prepared` on data.calibration, or trains it, for QAT targets, on data.train_inputs
+// and train_labels; options.calibrate_with / train_with in place of calibrate / train_qat.
+inline std::optional<qat_result> calibrate_or_train(prepared_model& prepared, const quantize_data& data,
+                                                    const quantize_options& options) {
+    if (prepared.plan.quantizer.is_qat()) {
+        if (!data.train_inputs || !data.train_labels)
+            throw error(error_kind::no_training_data,
+                        "QAT targets train before converting: give training samples and labels (the data file's "
+                        "'train_inputs' and 'train_labels')");
+        qat_options qat = options.qat;
+        qat.progress = qat.progress && options.progress;
+        if (options.train_with) return options.train_with(prepared, *data.train_inputs, *data.train_labels, qat);
+        return train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+    }
+    if (options.calibrate_with)
+        options.calibrate_with(prepared, data.calibration);
+    else
+        calibrate(prepared, data.calibration, {options.progress});
+    return std::nullopt;
+}
+
 // prepare (with cross-layer equalization), calibrate (or train, for QAT targets), convert,
 // correct biases and lower; dynamic targets straight into the lowered module where the direct
 // path covers the model (dynamic.hpp).
@@ -72,20 +97,7 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
     if (std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering))
         return {std::move(*direct), std::nullopt, std::nullopt};
     prepared_model prepared = prepare(model, plan);
-    std::optional<qat_result> training;
-    if (plan.quantizer.is_qat()) {
-        if (!data.train_inputs || !data.train_labels)
-            throw error(error_kind::no_training_data,
-                        "QAT targets train before converting: give training samples and labels (the data file's "
-                        "'train_inputs' and 'train_labels')");
-        qat_options qat = options.qat;
-        qat.progress = qat.progress && options.progress;
-        training = train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
-    } else if (options.calibrate_with) {
-        options.calibrate_with(prepared, data.calibration);
-    } else {
-        calibrate(prepared, data.calibration, {options.progress});
-    }
+    std::optional<qat_result> training = calibrate_or_train(prepared, data, options);
     converted_model converted = convert(prepared);
     correct_biases_for_targets(converted, data.calibration);
     lowered_model lowered = lower(converted, lowering);
@@ -320,6 +332,9 @@ inline quantized_and_measured quantize_keeping_converted(const ::torch::jit::Mod
     }
     report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
     if (done.training) {
+        // The examples trained on, steps x batch; distributed QAT replaces it with each rank's slice.
+        const std::int64_t batch_size = std::min(options.qat.training.batch_size, conformed.train_inputs->size(0));
+        report.samples_per_rank = {batch_size * static_cast<std::int64_t>(done.training->training.losses.size())};
         report.qat_steps = static_cast<std::int64_t>(done.training->training.losses.size());
         report.qat_seconds = done.training->seconds;
         report.qat_final_loss = done.training->training.final_loss;
@@ -335,20 +350,17 @@ inline quantization_result quantize(const ::torch::jit::Module& model, const run
     return detail::quantize_keeping_converted(model, quantizer, data, options).result;
 }
 
-// Prepares and calibrates as quantize does, and stops there: for a process that only
-// contributes observer statistics (options.calibrate_with) to another that converts, measures
-// and writes (distributed calibration's ranks other than 0).
+// Prepares and calibrates (trains, for QAT targets) as quantize does, and stops there: for a
+// process that only contributes observer statistics or gradients (options.calibrate_with,
+// train_with) to another that converts, measures and writes (distributed ranks other than 0).
 inline void calibrate_only(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                            const quantize_data& data, const quantize_options& options) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
-    std::vector<batch> calibration = data.calibration;
+    quantize_data conformed = data;
     std::vector<adjustment> notes;
-    detail::conform_input_types(model, calibration, "calibration data", notes);
+    detail::conform_input_types(model, conformed.calibration, "calibration data", notes);
     prepared_model prepared = prepare(model, plan_for(quantizer));
-    if (options.calibrate_with)
-        options.calibrate_with(prepared, calibration);
-    else
-        calibrate(prepared, calibration, {options.progress});
+    (void)detail::calibrate_or_train(prepared, conformed, options);
 }
 
 template <class... Targets>

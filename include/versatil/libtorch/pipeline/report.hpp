@@ -93,8 +93,9 @@ struct quantization_report {
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
     std::optional<firmware_report> firmware;  // set when the model was exported as firmware
-    // Calibration across processes (libtorch/distributed/): how many took part, and the
-    // calibration samples each rank observed (one entry, all samples, for one process).
+    // Calibration or QAT across processes (libtorch/distributed/): how many took part, and the
+    // calibration samples each rank observed, or for QAT the training examples each rank
+    // trained on (steps x its slice of the batch); one entry, all samples, for one process.
     int world_size = 1;
     std::vector<std::int64_t> samples_per_rank;
     // An accuracy target (accuracy_target.hpp): what it asked ("" for none) and every step taken,
@@ -237,7 +238,8 @@ inline std::string format_table(const quantization_report& report) {
     if (report.world_size > 1) {
         std::string samples;
         for (const std::int64_t count : report.samples_per_rank) samples += (samples.empty() ? "" : " / ") + std::to_string(count);
-        row("processes", std::to_string(report.world_size) + " (calibration samples per rank: " + samples + ")");
+        row("processes", std::to_string(report.world_size) + (report.qat_steps ? " (training" : " (calibration") +
+                             " samples per rank: " + samples + ")");
     }
     if (report.qat_steps)
         row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +

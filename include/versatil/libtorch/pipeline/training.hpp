@@ -45,6 +45,16 @@ struct training_options {
     // thread (LibTorch's default here) and 450 ms with 2, so more threads is not the default.
     int num_threads = 0;
     std::function<void(int64_t step, double loss)> on_step = nullptr;  // called after every step, if set
+    // Data parallelism (distributed/qat.hpp sets these): every process draws the same batches
+    // of batch_size x shards examples (same seed, so the same order as one process training
+    // with that batch size) and trains on slice `shard` of each, batch_size examples. One
+    // process: shard 0 of 1, the whole batch.
+    int64_t shard = 0;
+    int64_t shards = 1;
+    // Called after backward and before the optimizer's step, if set, with the parameters (their
+    // gradients filled in) and the step's loss, which it may replace: where data-parallel
+    // training averages gradients and losses across processes.
+    std::function<void(int64_t step, const std::vector<at::Tensor>& parameters, double& loss)> after_backward = nullptr;
 };
 
 struct training_result {
@@ -84,6 +94,14 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
     if (options.steps <= 0 || options.batch_size <= 0 || !(options.learning_rate > 0.0))
         throw error(error_kind::invalid_argument,
                     "train_classifier: steps, batch_size and learning_rate must be positive");
+    if (options.shards <= 0 || options.shard < 0 || options.shard >= options.shards)
+        throw error(error_kind::invalid_argument, "train_classifier: shard must be from 0 to shards - 1");
+    if (options.shards > 1 && options.batch_size * options.shards > images.size(0))
+        throw error(error_kind::invalid_argument,
+                    "train_classifier: a batch of " + std::to_string(options.batch_size) + " per process across " +
+                        std::to_string(options.shards) + " processes needs " +
+                        std::to_string(options.batch_size * options.shards) + " training examples, and there are " +
+                        std::to_string(images.size(0)) + "; give a smaller batch or fewer processes");
 
     const scoped_num_threads threads(options.num_threads);
     reset_parameters(model, /*trainable=*/true);  // a cloned model's parameters are not leaves
@@ -102,7 +120,10 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
                             .weight_decay(options.weight_decay));
 
     const int64_t count = images.size(0);
-    const int64_t batch_size = std::min(options.batch_size, count);
+    // The batch every process draws (the global batch); this process trains on its slice.
+    const int64_t batch_size = std::min(options.batch_size * options.shards, count);
+    const int64_t slice_begin = batch_size / options.shards * options.shard;
+    const int64_t slice_end = slice_begin + batch_size / options.shards;
     auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
     at::Tensor order;
     int64_t position = count;  // forces a shuffle before the first batch
@@ -116,14 +137,15 @@ inline training_result train_classifier(::torch::jit::Module& model, const at::T
                 order = at::randperm(count, generator, at::kLong);
                 position = 0;
             }
-            const auto indices = order.slice(0, position, position + batch_size);
+            const auto indices = order.slice(0, position + slice_begin, position + slice_end);
             position += batch_size;
             const auto logits = detail::logits_of(model, images.index_select(0, indices));
             const auto loss = at::cross_entropy_loss(logits, labels.index_select(0, indices));
             optimizer->zero_grad();
             loss.backward();
+            double value = loss.item<double>();
+            if (options.after_backward) options.after_backward(step, parameters, value);
             optimizer->step();
-            const double value = loss.item<double>();
             result.losses.push_back(value);
             if (options.on_step) options.on_step(step, value);
         }
