@@ -573,7 +573,8 @@ TEST_CASE("fake-quantize ranges merged across ranks equal the global batch's mov
 // inside the spread of the floor. Its end state is printed against that floor, and
 // held to what tells a working exchange from a broken one: at least 10 times closer to one
 // process than ranks that each train alone on their slices (gradients not averaged).
-TEST_CASE("QAT across ranks with frozen ranges: every step's gradient is one process's to float rounding") {
+TEST_CASE("QAT across ranks with frozen ranges: every step's gradient is one process's to float rounding" *
+          doctest::test_suite("yardstick")) {
     process_group& world = group();
     const double rounding = first_step_rounding(world);
     per_step_rounding steps;
@@ -593,7 +594,8 @@ TEST_CASE("QAT across ranks with frozen ranges: every step's gradient is one pro
 // fake-quantized with its own slice's range update (distributed/qat.hpp). Measured against the
 // same rounding floor (moving ranges) and held to being much closer to one process than ranks
 // training alone: at most half their distance.
-TEST_CASE("QAT across ranks with moving ranges: every rank ends bit for bit the same, close to one process") {
+TEST_CASE("QAT across ranks with moving ranges: every rank ends bit for bit the same, close to one process" *
+          doctest::test_suite("yardstick")) {
     process_group& world = group();
     const qat_measurements measured = measure_qat(world, false, first_step_rounding(world));
     MESSAGE(world.size(), " ranks, moving ranges, ", qat_steps, " steps against one process: distributed ",
