@@ -38,6 +38,24 @@ def check(condition, message):
     return condition
 
 
+def run_world(name, size, *extra):
+    """Every rank of a world of `size` in scratch/name; rank 0's report and every rank's
+    (stdout, stderr, exit), or None for the report when a rank failed or more than rank 0's
+    model and report were written."""
+    directory = scratch / name
+    directory.mkdir()
+    port = free_port()
+    processes = [start(rank, size, port, directory, *extra) for rank in range(size)]
+    results = [p.communicate(timeout=600) + (p.returncode,) for p in processes]
+    if not check(all(r[2] == 0 for r in results),
+                 f"{name}: exits {[r[2] for r in results]}\n" + "\n".join(r[1] for r in results)):
+        return None, results
+    written = sorted(p.name for p in directory.iterdir())
+    if not check(written == ["q0.pt", "r0.json"], f"{name}: wrote {written}, expected rank 0's model and report only"):
+        return None, results
+    return json.loads((directory / "r0.json").read_text()), results
+
+
 with tempfile.TemporaryDirectory() as scratch:
     scratch = Path(scratch)
     one = scratch / "one"
@@ -49,17 +67,9 @@ with tempfile.TemporaryDirectory() as scratch:
           f"one process's report: world_size {single_report['world_size']}, samples {single_report['samples_per_rank']}")
 
     for size in (2, 4):
-        directory = scratch / f"world{size}"
-        directory.mkdir()
-        port = free_port()
-        processes = [start(rank, size, port, directory) for rank in range(size)]
-        results = [p.communicate(timeout=600) + (p.returncode,) for p in processes]
-        if not check(all(r[2] == 0 for r in results),
-                     f"{size} processes: exits {[r[2] for r in results]}\n" + "\n".join(r[1] for r in results)):
+        report, _ = run_world(f"world{size}", size)
+        if report is None:
             continue
-        written = sorted(p.name for p in directory.iterdir())
-        check(written == ["q0.pt", "r0.json"], f"{size} processes: wrote {written}, expected rank 0's model and report only")
-        report = json.loads((directory / "r0.json").read_text())
         check(report["world_size"] == size, f"{size} processes: report says world_size {report['world_size']}")
         check(report["samples_per_rank"] == [256 // size] * size,
               f"{size} processes: samples per rank {report['samples_per_rank']}, expected {[256 // size] * size}")
@@ -74,18 +84,9 @@ with tempfile.TemporaryDirectory() as scratch:
     # QAT across processes: every rank trains its slice (64) of each global batch of 64 x N;
     # rank 0 alone writes, and its report states the examples each rank trained on.
     for size in (2, 4):
-        directory = scratch / f"qat{size}"
-        directory.mkdir()
-        port = free_port()
-        processes = [start(rank, size, port, directory, "--target", "=x86_inductor:qat", "--steps", "10")
-                     for rank in range(size)]
-        results = [p.communicate(timeout=600) + (p.returncode,) for p in processes]
-        if not check(all(r[2] == 0 for r in results),
-                     f"QAT, {size} processes: exits {[r[2] for r in results]}\n" + "\n".join(r[1] for r in results)):
+        report, results = run_world(f"qat{size}", size, "--target", "=x86_inductor:qat", "--steps", "10")
+        if report is None:
             continue
-        written = sorted(p.name for p in directory.iterdir())
-        check(written == ["q0.pt", "r0.json"], f"QAT, {size} processes: wrote {written}, expected rank 0's only")
-        report = json.loads((directory / "r0.json").read_text())
         check(report["world_size"] == size and report["qat_steps"] == 10,
               f"QAT, {size} processes: world_size {report['world_size']}, qat_steps {report['qat_steps']}")
         check(report["samples_per_rank"] == [640] * size,
