@@ -2,7 +2,7 @@
 // (Debian's dataset-fashion-mnist) and on one scripted in Python: cross-layer equalization keeps
 // the float model's function and equalizes paired weight ranges, each option changes what is
 // quantized, bias correction removes the mean output error, and the caller's model is left as
-// it was. Figures are printed (torch_test_accuracy_steps -s) for the notes and RESULTS.md.
+// it was. Figures are printed (torch_tests -sf='*accuracy_steps.cpp' -s) for the notes and RESULTS.md.
 #include "doctest_with_torch.hpp"
 #include "torch_test_helpers.hpp"
 
@@ -21,15 +21,11 @@ using namespace versatil::libtorch;
 
 namespace {
 
+using versatil::testing::whole_model;
+
 using versatil::testing::quantize_with;
 using versatil::testing::trained_classifier;
 using versatil::testing::trained_fashion_mnist;
-
-runtime_quantizer whole_model(std::string_view spec) {
-    auto backend = parse_backend_spec(spec);
-    REQUIRE_MESSAGE(backend.has_value(), std::string(spec));
-    return *runtime_quantizer::compose({{"", *backend}});
-}
 
 // "x86_inductor" + "cle" -> "x86_inductor:cle"; "xnnpack:per_tensor" + "cle" -> "xnnpack:per_tensor,cle".
 std::string with_options(const std::string& spec, const std::string& options) {

@@ -19,6 +19,8 @@ using namespace versatil::libtorch;
 
 namespace {
 
+using versatil::testing::qparams_of;
+
 // The world this process was started in; the driver always starts more than one process.
 process_group& group() {
     static std::optional<process_group> joined = process_group::join(world_from({.timeout_seconds = 120.0}));
@@ -65,20 +67,15 @@ std::vector<at::Tensor> activations() {
     return observer;
 }
 
-std::pair<at::Tensor, at::Tensor> qparams_of(::torch::jit::Module& observer) {
-    const auto result = observer.run_method("calculate_qparams").toTuple();
-    return {result->elements()[0].toTensor(), result->elements()[1].toTensor()};
-}
-
 // SQNR of `values` quantized per tensor with (scale, zero_point), uint8.
-double sqnr_with(const std::vector<at::Tensor>& values, const std::pair<at::Tensor, at::Tensor>& qparams) {
+double sqnr_with(const std::vector<at::Tensor>& values, const versatil::testing::observed_qparams& qparams) {
     const at::Tensor all = at::cat([&] {
         std::vector<at::Tensor> flat;
         for (const at::Tensor& value : values) flat.push_back(value.flatten());
         return flat;
     }());
     const at::Tensor restored = at::fake_quantize_per_tensor_affine(
-        all, qparams.first.item<double>(), qparams.second.item<std::int64_t>(), 0, 255);
+        all, qparams.scale.item<double>(), qparams.zero_point.item<std::int64_t>(), 0, 255);
     return 10.0 * std::log10(all.pow(2).sum().item<double>() / (all - restored).pow(2).sum().item<double>());
 }
 

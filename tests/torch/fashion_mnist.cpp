@@ -21,18 +21,6 @@ using vt::fashion_mnist_split;
 namespace {
 
 
-struct temp_dir {
-    std::filesystem::path path;
-    temp_dir() {
-        std::string pattern = (std::filesystem::temp_directory_path() / "versatil-fmnist-XXXXXX").string();
-        REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-        path = pattern;
-    }
-    ~temp_dir() { std::filesystem::remove_all(path); }
-    temp_dir(const temp_dir&) = delete;
-    temp_dir& operator=(const temp_dir&) = delete;
-};
-
 std::vector<unsigned char> gunzip(const std::string& path) {
     gzFile file = gzopen(path.c_str(), "rb");
     REQUIRE(file != nullptr);
@@ -111,44 +99,44 @@ TEST_CASE("missing, truncated, mislabelled and corrupt files are invalid_data_fi
     std::string message;
 
     SUBCASE("a directory without the files") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         CHECK_FALSE(vt::fashion_mnist_available(directory.path.string()));
         CHECK(load_error(directory.path, &message) == vt::error_kind::invalid_data_file);
         CHECK(message.find("not found") != std::string::npos);
         CHECK(message.find("t10k-images-idx3-ubyte.gz") != std::string::npos);
     }
     SUBCASE("image data cut short") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         write_damaged_test_split(directory.path, [](auto& bytes) { bytes.resize(bytes.size() - 1000); });
         CHECK(load_error(directory.path, &message) == vt::error_kind::invalid_data_file);
         CHECK(message.find("truncated") != std::string::npos);
     }
     SUBCASE("a header cut short") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         write_damaged_test_split(directory.path, [](auto& bytes) { bytes.resize(10); });
         CHECK(load_error(directory.path, &message) == vt::error_kind::invalid_data_file);
         CHECK(message.find("truncated") != std::string::npos);
     }
     SUBCASE("a wrong magic number") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         write_damaged_test_split(directory.path, [](auto& bytes) { bytes[3] = 0x01; });
         CHECK(load_error(directory.path, &message) == vt::error_kind::invalid_data_file);
         CHECK(message.find("magic") != std::string::npos);
     }
     SUBCASE("an image count that does not match the labels") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         write_damaged_test_split(directory.path, [](auto& bytes) { bytes[6] = 0x00; });
         CHECK(load_error(directory.path, &message) == vt::error_kind::invalid_data_file);
         CHECK(message.find("labels for") != std::string::npos);
     }
     SUBCASE("data after the announced examples") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         write_damaged_test_split(directory.path, [](auto& bytes) { bytes.resize(bytes.size() + 784, 0); });
         CHECK(load_error(directory.path, &message) == vt::error_kind::invalid_data_file);
         CHECK(message.find("after the examples") != std::string::npos);
     }
     SUBCASE("corrupt compressed bytes") {
-        const temp_dir directory;
+        const versatil::testing::scratch_directory directory("versatil-fmnist-");
         write_damaged_test_split(directory.path, [](auto&) {});
         const auto images = directory.path / "t10k-images-idx3-ubyte.gz";
         {

@@ -46,8 +46,7 @@ private:
 };
 
 lowered_model quantized_cnn(std::string_view spec) {
-    auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
-    return quantize_model(small_cnn_mlp(0), *quantizer, {versatil::testing::smooth_batches(4, 16, 1)});
+    return quantize_model(small_cnn_mlp(0), versatil::testing::whole_model(spec), {versatil::testing::smooth_batches(4, 16, 1)});
 }
 
 std::string message_of(const std::function<void()>& action, error_kind expected_kind) {

@@ -26,16 +26,12 @@
 
 namespace vt = versatil::libtorch;
 using ::torch::jit::Module;
+using versatil::testing::run;
 
 namespace {
 
 at::Tensor sample_input(int64_t batch = 4) {
     return at::linspace(-2.0, 2.0, batch * 28 * 28).reshape({batch, 1, 28, 28});
-}
-
-at::Tensor run(const Module& model, const at::Tensor& input) {
-    const ::torch::NoGradGuard no_grad;
-    return const_cast<Module&>(model).forward({input}).toTensor();
 }
 
 // The forward graph with every submodule call inlined: what the model computes, as ops.
@@ -81,19 +77,6 @@ std::vector<model_case> all_models() {
           "encoder.1.norm2", "head"}},
     };
 }
-
-// A directory that removes itself.
-struct temp_dir {
-    std::filesystem::path path;
-    temp_dir() {
-        std::string pattern = (std::filesystem::temp_directory_path() / "versatil-models-XXXXXX").string();
-        REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-        path = pattern;
-    }
-    ~temp_dir() { std::filesystem::remove_all(path); }
-    temp_dir(const temp_dir&) = delete;
-    temp_dir& operator=(const temp_dir&) = delete;
-};
 
 }  // namespace
 
@@ -232,7 +215,7 @@ TEST_CASE("LibTorch's FoldConvBatchNorm folds every conv+bn pair, so the class n
 }
 
 TEST_CASE("a saved model loads back with identical outputs") {
-    const temp_dir directory;
+    const versatil::testing::scratch_directory directory("versatil-models-");
     const auto input = sample_input();
     for (const auto& model_case : all_models()) {
         CAPTURE(model_case.name);
@@ -248,7 +231,7 @@ TEST_CASE("a saved model loads back with identical outputs") {
 TEST_CASE("Python's torch.jit.load sees the saved model as torch.nn modules with the same outputs") {
     versatil::testing::require_python_torch();
     const std::string python = versatil::testing::torch_python;
-    const temp_dir directory;
+    const versatil::testing::scratch_directory directory("versatil-models-");
     const Module model = vt::small_cnn_mlp(5);
     const auto model_file = (directory.path / "small_cnn_mlp.pt").string();
     const auto script_file = (directory.path / "check.py").string();

@@ -32,6 +32,8 @@ using versatil::observer_kind;
 using versatil::qscheme;
 using versatil::quantization_spec;
 using versatil::libtorch::make_observer;
+using versatil::testing::observed_qparams;
+using versatil::testing::qparams_of;
 
 constexpr quantization_spec uint8_affine{};
 constexpr quantization_spec int8_symmetric{.dtype = dtype::int8, .quant_min = -128, .quant_max = 127,
@@ -49,17 +51,6 @@ constexpr quantization_spec per_channel(quantization_spec spec, int ch_axis, obs
     spec.ch_axis = ch_axis;
     spec.observer = kind;
     return spec;
-}
-
-struct observed_qparams {
-    torch::Tensor scale;
-    torch::Tensor zero_point;
-};
-
-observed_qparams qparams_of(torch::jit::Module& observer) {
-    const auto result = observer.run_method("calculate_qparams").toTuple();
-    REQUIRE(result->elements().size() == 2);
-    return {result->elements()[0].toTensor(), result->elements()[1].toTensor()};
 }
 
 void feed(torch::jit::Module& observer, const torch::Tensor& batch) {

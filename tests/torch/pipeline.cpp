@@ -21,19 +21,14 @@ using versatil::testing::smooth_batches;
 
 namespace {
 
-runtime_quantizer compose(std::vector<runtime_target> targets) {
-    auto composed = runtime_quantizer::compose(std::move(targets));
-    REQUIRE_MESSAGE(composed.has_value(), (composed ? "" : composed.error().message));
-    return *composed;
-}
-
-const backend_descriptor* backend(std::string_view spec) { return *parse_backend_spec(spec); }
+using versatil::testing::backend;
+using versatil::testing::compose;
 
 quantize_data synthetic_data() {
     return {smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
 }
 
-// Output SQNR is checked against the figure measured for each case (torch_test_pipeline -s,
+// Output SQNR is checked against the figure measured for each case (torch_tests -sf='*pipeline.cpp' -s,
 // LibTorch 1.13): the data and weights are seeded and quantize() runs on one thread, so a
 // figure repeats run to run. The floor is 1 dB under it (26 % more noise power): limiting
 // oneDNN to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, a CPU without AVX-512) moved the figures by at most

@@ -23,7 +23,7 @@ struct expectation {
 
 // Accuracy within a point of float proves little if layers were silently left in float, so every
 // quantizable op must run quantized, and their number is the model's own. SQNR floors: see each
-// test case for the figures measured (torch_test_real_data -s) and the margin's reason.
+// test case for the figures measured (torch_tests -sf='*real_data.cpp' -s) and the margin's reason.
 void check_quantized(const trained_classifier& t, const expectation& e) {
     const std::string spec = e.spec;
     CAPTURE(spec);

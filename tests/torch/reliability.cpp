@@ -22,11 +22,7 @@ using versatil::testing::smooth_images;
 
 namespace {
 
-runtime_quantizer whole_model(std::string_view spec) {
-    auto composed = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
-    REQUIRE(composed.has_value());
-    return *composed;
-}
+using versatil::testing::whole_model;
 
 // Every scale the converted model holds (activation scales as doubles, per-channel weight
 // scales as tensors) is finite and positive, and every zero point lies in the range of the dtype

@@ -22,20 +22,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using versatil::testing::backend;
+using versatil::testing::compose;
+using versatil::testing::run;
 using versatil::testing::scratch_directory;
 
 // The bytes of a file, as the archive-surgery helpers read them.
 std::string bytes_of(const fs::path& path) { return versatil::testing::read_bytes(path); }
 
-lowered_model quantized_cnn(std::string_view spec) {
-    auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}, {"classifier.fc2", nullptr}});
-    return quantize_model(small_cnn_mlp(0), *quantizer, {versatil::testing::smooth_batches(4, 16, 1)});
-}
-
-at::Tensor run(const ::torch::jit::Module& model, const at::Tensor& input) {
-    const ::torch::NoGradGuard no_grad;
-    ::torch::jit::Module module = model;
-    return module.forward({input}).toTensor();
+// The CNN quantized with its last layer kept in float: a file that holds both kinds of layer.
+lowered_model partly_quantized_cnn(std::string_view spec) {
+    return quantize_model(small_cnn_mlp(0), compose({{"", backend(spec)}, {"classifier.fc2", nullptr}}), {versatil::testing::smooth_batches(4, 16, 1)});
 }
 
 }  // namespace
@@ -45,7 +42,7 @@ TEST_CASE("a saved model reloads with identical outputs, through versatil and th
     const at::Tensor input = versatil::testing::smooth_images(8, 9);
     for (const std::string spec : {"x86_inductor", "xnnpack", "xnnpack:dynamic"}) {
         CAPTURE(spec);
-        const lowered_model model = quantized_cnn(spec);
+        const lowered_model model = partly_quantized_cnn(spec);
         const fs::path file = scratch.path / "model.pt";
         save(model, file);
         at::Tensor expected;
@@ -74,7 +71,7 @@ TEST_CASE("Python's torch.jit.load runs a saved model with identical outputs, wi
     const scratch_directory scratch;
     for (const std::string spec : {"xnnpack", "x86_inductor", "x86_inductor:dynamic"}) {
         CAPTURE(spec);
-        const lowered_model model = quantized_cnn(spec);
+        const lowered_model model = partly_quantized_cnn(spec);
         save(model, scratch.path / "model.pt");
         const at::Tensor input = versatil::testing::smooth_images(4, 3);
         at::Tensor expected;
@@ -105,7 +102,7 @@ TEST_CASE("Python's torch.jit.load runs a saved model with identical outputs, wi
 
 TEST_CASE("metadata records the version, engine, backends and targets, and reads back without loading") {
     const scratch_directory scratch;
-    save(quantized_cnn("xnnpack:per_tensor"), scratch.path / "model.pt");
+    save(partly_quantized_cnn("xnnpack:per_tensor"), scratch.path / "model.pt");
     const nlohmann::json metadata = read_metadata(scratch.path / "model.pt");
     CHECK(metadata.at("versatil_version") == std::string(versatil::version));
     CHECK(metadata.at("engine") == "qnnpack");
@@ -119,7 +116,7 @@ TEST_CASE("metadata records the version, engine, backends and targets, and reads
 
 TEST_CASE("a save that cannot complete leaves nothing behind and never touches the input") {
     const scratch_directory scratch;
-    const lowered_model model = quantized_cnn("x86_inductor");
+    const lowered_model model = partly_quantized_cnn("x86_inductor");
     const fs::path input = scratch.path / "input.pt";
     small_cnn_mlp(0).save(input.string());
     const std::string input_bytes = bytes_of(input);

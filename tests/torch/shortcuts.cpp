@@ -32,13 +32,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-runtime_quantizer compose(std::vector<runtime_target> targets) {
-    auto composed = runtime_quantizer::compose(std::move(targets));
-    REQUIRE_MESSAGE(composed.has_value(), (composed ? "" : composed.error().message));
-    return *composed;
-}
-
-const backend_descriptor* backend(std::string_view spec) { return *parse_backend_spec(spec); }
+using versatil::testing::backend;
+using versatil::testing::compose;
 
 lowering_options lowering_for(const std::vector<batch>& calibration) {
     return {.sample = calibration.front(), .threads = 1};

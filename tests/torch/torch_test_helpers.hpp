@@ -40,6 +40,43 @@ struct scratch_directory {
     }
 };
 
+// One forward pass without autograd. A Module is a handle: the copy shares the caller's module,
+// whose forward is not const.
+inline at::Tensor run(const ::torch::jit::Module& model, const at::Tensor& input) {
+    const ::torch::NoGradGuard no_grad;
+    ::torch::jit::Module module = model;
+    return module.forward({input}).toTensor();
+}
+
+// A composition the test means to be valid: fails the test with the reason if it is not.
+inline runtime_quantizer compose(std::vector<runtime_target> targets) {
+    auto composed = runtime_quantizer::compose(std::move(targets));
+    REQUIRE_MESSAGE(composed.has_value(), (composed ? "" : composed.error().message));
+    return *composed;
+}
+
+// A backend spec the test means to be valid ("xnnpack:per_tensor").
+inline const backend_descriptor* backend(std::string_view spec) {
+    auto backend = parse_backend_spec(spec);
+    REQUIRE_MESSAGE(backend.has_value(), std::string(spec));
+    return *backend;
+}
+
+// The whole model quantized with one backend spec.
+inline runtime_quantizer whole_model(std::string_view spec) { return compose({{"", backend(spec)}}); }
+
+// What an observer's calculate_qparams returns.
+struct observed_qparams {
+    at::Tensor scale;
+    at::Tensor zero_point;
+};
+
+inline observed_qparams qparams_of(::torch::jit::Module& observer) {
+    const auto result = observer.run_method("calculate_qparams").toTuple();
+    REQUIRE(result->elements().size() == 2);
+    return {result->elements()[0].toTensor(), result->elements()[1].toTensor()};
+}
+
 // Smooth random images [count, 1, 28, 28]: low-frequency noise, so activations have realistic
 // ranges (white noise would make every layer's range look alike).
 inline at::Tensor smooth_images(std::int64_t count, std::uint64_t seed) {
@@ -122,8 +159,7 @@ inline const trained_classifier& trained_fashion_mnist(const std::string& kind) 
 
 // The whole model quantized with one backend spec ("xnnpack:per_tensor"), its report.
 inline libtorch::quantization_report quantize_with(const trained_classifier& t, std::string_view spec) {
-    auto quantizer = runtime_quantizer::compose({{"", *parse_backend_spec(spec)}});
-    return libtorch::quantize(t.model, *quantizer, t.data, {.per_layer = false, .progress = false}).report;
+    return libtorch::quantize(t.model, whole_model(spec), t.data, {.per_layer = false, .progress = false}).report;
 }
 
 }  // namespace versatil::testing
