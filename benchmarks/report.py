@@ -352,16 +352,18 @@ def phases_section(versatil, peer):
     lines = ["### Where versatil's quantize time goes, and what the lowered graphs hold", "",
              "Method: one extra quantization per configuration, timed step by step (seconds; the peer's dynamic path has no "
              "steps to split; versatil's dynamic targets take the direct path, `dynamic.hpp`, whose whole time is under "
-             "lower). per-layer: the per-layer SQNR analysis `quantize()` runs after (one evaluation pass per layer on "
-             "the evaluation samples it is given; for the direct dynamic path it includes the one prepare / convert it "
-             "starts from). CLI default / --no-per-layer: `quantize()` with `per_layer` on and off on the same data "
-             "(calibration and the test images, as `versatil-quantize --data` runs it, without loading and saving the "
-             "files), median of 3, interleaved; 256: the same with `--per-layer-samples 256`. q / dq: "
+             "lower). forward: not a phase, the float model run over the calibration batches (1 thread), which "
+             "calibrating cannot take less than. per-layer: the per-layer SQNR analysis `quantize()` runs after by default "
+             "(one evaluation pass per layer on the first samples of the evaluation data: at least 128 a layer, about "
+             "one pass in all; for the direct dynamic path it includes the quantization of each layer alone). CLI "
+             "default / --no-per-layer: `quantize()` with `per_layer` on and off on the same data (calibration and the "
+             "test images, as `versatil-quantize --data` runs it, without loading and saving the files), median of 3, "
+             "interleaved; every sample: the same with `--per-layer-samples 0`. q / dq: "
              "`aten::quantize_per_tensor` / `aten::dequantize` nodes left in the final graph (versatil's lowered "
              "module, the peer's traced + frozen one); every pair is a float round trip at run time.", "",
-             "| model | backend | mode | prepare v / p | calibrate v / p | convert v / p | lower v | per-layer v | "
-             "CLI default / --no-per-layer s | **CLI ratio** | ratio, 256 | q / dq versatil | q / dq peer |",
-             "|---|---|---|---|---|---|---:|---:|---|---:|---:|---|---|"]
+             "| model | backend | mode | forward | prepare v / p | calibrate v / p | convert v / p | lower v | per-layer v | "
+             "CLI default / --no-per-layer s | **CLI ratio** | ratio, every sample | q / dq versatil | q / dq peer |",
+             "|---|---|---|---:|---|---|---|---:|---:|---|---:|---:|---|---|"]
     for model in MODELS:
         pm = peer["models"].get(model) if peer else None
         for backend, mode in CONFIGS:
@@ -374,11 +376,12 @@ def phases_section(versatil, peer):
             pp = p.get("phases", {}) if ok(p) else {}
             both = lambda key: f"{fmt(ph.get(key), 3)} / {fmt(pp.get(key), 3)}"  # noqa: E731
             cli = v.get("cli_seconds", {})
-            lines.append(f"| {model} | {label(backend, v)} | {mode} | {both('prepare')} | {both('calibrate')} | "
+            lines.append(f"| {model} | {label(backend, v)} | {mode} | {fmt(ph.get('float_forward'), 3)} | "
+                         f"{both('prepare')} | {both('calibrate')} | "
                          f"{both('convert')} | {fmt(ph.get('lower'), 3)} | {fmt(ph.get('per_layer'), 3)} | "
                          f"{fmt(cli.get('default'), 2)} / {fmt(cli.get('no_per_layer'), 2)} | "
                          f"{fmt(ratio(cli.get('default'), cli.get('no_per_layer')))} | "
-                         f"{fmt(ratio(cli.get('per_layer_samples_256'), cli.get('no_per_layer')))} | {v.get('quantize_nodes', '–')} / "
+                         f"{fmt(ratio(cli.get('every_sample'), cli.get('no_per_layer')))} | {v.get('quantize_nodes', '–')} / "
                          f"{v.get('dequantize_nodes', '–')} | {peer_nodes} |")
     return lines + [""]
 
@@ -501,7 +504,8 @@ def why_section(summary, slopes, compile_noise_figures, latency_spread):
     static = [s for s in summary if s["v"] and s["p"] and s["mode"] == "static" and "phases" in s["v"]
               and "phases" in s["p"]]
     if static:
-        share = [s["v"]["phases"]["calibrate"] / sum(s["v"]["phases"].values()) for s in static]
+        steps = ("prepare", "calibrate", "convert", "lower")  # the phases: per_layer and float_forward are not
+        share = [s["v"]["phases"]["calibrate"] / sum(s["v"]["phases"][k] for k in steps) for s in static]
         cal = [s["v"]["phases"]["calibrate"] / s["p"]["phases"]["calibrate"] for s in static
                if s["p"]["phases"]["calibrate"] > 0]
         lines.append(
@@ -514,6 +518,20 @@ def why_section(summary, slopes, compile_noise_figures, latency_spread):
             "observed value. Prepare (clone, conv-bn folding, "
             "InsertObservers) and convert/lower (InsertQuantDeQuant, Finalize: freezing and weight packing) are "
             "LibTorch graph passes over the whole module, which the phase table times.")
+        floored = [s for s in static if "float_forward" in s["v"]["phases"]]
+        if floored:
+            over_floor = [s["v"]["phases"]["calibrate"] / s["v"]["phases"]["float_forward"] for s in floored]
+            # Half the peer's quantize time, against what versatil cannot go below: the float
+            # forward over the calibration batches plus prepare, convert and lower as measured.
+            bound = [s for s in floored if s["v"]["phases"]["float_forward"] > 0.5 * s["p"]["quantize_seconds"]]
+            lines.append(
+                f"  Calibrating takes {fmt(min(over_floor))}–{fmt(max(over_floor))}× the float model's own forward over "
+                "the same batches (column forward), the least any calibration can take. "
+                + (f"In {len(bound)} of {len(floored)} static configurations that forward alone is more than half the "
+                   "peer's whole quantize time, so no calibration can bring them under 0.5×: "
+                   + ", ".join(f"{s['model']} {s['backend']} ({fmt(s['v']['phases']['float_forward'], 3)} s against "
+                               f"{fmt(s['p']['quantize_seconds'], 3)} s)" for s in bound) + "."
+                   if bound else "The forward alone is under half the peer's quantize time in every static configuration."))
     dynamic = [s for s in summary if s["v"] and s["p"] and s["mode"] == "dynamic" and s["rq"]]
     slow = [s for s in dynamic if s["rq"] > 2.0 and s["v"]["quantize_seconds"] >= 0.020]
     if slow:

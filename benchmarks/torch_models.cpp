@@ -69,8 +69,10 @@ double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantiz
 
 // One more quantization, timed phase by phase: where the quantize time goes. The direct dynamic
 // path has no prepare, calibrate or convert: its whole time is under "lower". "per_layer" is the
-// per-layer analysis quantize() runs after on `evaluation` (static: from the converted model;
-// dynamic, and static layers behind a value-changing op: each layer quantized alone).
+// per-layer analysis quantize() runs after by default, on the first samples of `evaluation` its
+// budget gives (static: from the converted model; dynamic, and static layers behind a
+// value-changing op: each layer quantized alone). "float_forward" is no phase: the float model
+// run over the calibration batches, what calibrating cannot take less than.
 json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                    const std::vector<batch>& calibration, const std::vector<batch>& evaluation) {
     using clock = std::chrono::steady_clock;
@@ -79,8 +81,10 @@ json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& q
     lowering_options lowering;
     if (!calibration.empty()) lowering.sample = calibration.front();
     lowering.threads = 1;
+    const std::vector<batch> per_layer_samples = first_samples(
+        evaluation, per_layer_budget(samples_in(evaluation), analysed_layers(model, quantizer).size()));
     const auto per_layer = [&](const ::torch::jit::Module* converted) {
-        return libtorch::detail::per_layer_sqnr(model, quantizer, converted, calibration, evaluation, 1);
+        return libtorch::detail::per_layer_sqnr(model, quantizer, converted, calibration, per_layer_samples, 1);
     };
     auto start = clock::now();
     if (const std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering)) {
@@ -95,6 +99,15 @@ json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& q
         }
         return phases;
     }
+    {
+        const ::torch::NoGradGuard no_grad;
+        ::torch::jit::Module float_model = model;
+        for (const batch& inputs : calibration) (void)float_model.forward(inputs.arguments());  // warm-up
+        start = clock::now();
+        for (const batch& inputs : calibration) (void)float_model.forward(inputs.arguments());
+    }
+    const double float_forward_s = since(start);
+    start = clock::now();
     prepared_model prepared = prepare(model, plan);
     const double prepare_s = since(start);
     start = clock::now();
@@ -109,23 +122,23 @@ json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& q
     start = clock::now();
     (void)per_layer(&converted.module);
     return {{"prepare", prepare_s}, {"calibrate", calibrate_s}, {"convert", convert_s}, {"lower", lower_s},
-            {"per_layer", since(start)}};
+            {"per_layer", since(start)}, {"float_forward", float_forward_s}};
 }
 
 // quantize() as versatil-quantize calls it on the same data, with and without the per-layer
-// analysis (the CLI's default against --no-per-layer), and with the analysis on the first 256
-// evaluation samples (--per-layer-samples 256); median seconds of `quantize_repeats`, interleaved.
+// analysis (the CLI's default against --no-per-layer), and with the analysis on every evaluation
+// sample (--per-layer-samples 0); median seconds of `quantize_repeats`, interleaved.
 json cli_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer, const quantize_data& data) {
-    std::vector<double> with, without, capped;
+    std::vector<double> with, without, every_sample;
     for (int i = 0; i < quantize_repeats; ++i)
-        for (std::vector<double>* times : {&with, &without, &capped}) {
+        for (std::vector<double>* times : {&with, &without, &every_sample}) {
             quantize_options options{.threads = 1, .per_layer = times != &without, .progress = false};
-            if (times == &capped) options.per_layer_samples = 256;
+            if (times == &every_sample) options.per_layer_samples = 0;
             const auto start = std::chrono::steady_clock::now();
             (void)quantize(model, quantizer, data, options);
             times->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         }
-    return {{"default", median(with)}, {"no_per_layer", median(without)}, {"per_layer_samples_256", median(capped)}};
+    return {{"default", median(with)}, {"no_per_layer", median(without)}, {"every_sample", median(every_sample)}};
 }
 
 bool is_quantize_node(std::string_view kind) { return kind == "aten::quantize_per_tensor"; }

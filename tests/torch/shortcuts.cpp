@@ -267,8 +267,10 @@ TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one qu
             const std::vector<layer_sqnr> before = one_quantization_per_layer(model, quantizer, calibration, evaluation);
 
             // quantize() itself, all evaluation samples, the calibration the whole model is lowered with.
+            quantize_options every_sample{.progress = false};
+            every_sample.per_layer_samples = 0;
             const quantization_result result =
-                quantize(model, quantizer, {calibration, evaluation, std::nullopt}, {.progress = false});
+                quantize(model, quantizer, {calibration, evaluation, std::nullopt}, every_sample);
             MESSAGE(c.name << " " << spec << ": " << before.size() << " layers");
             for (std::size_t i = 0; i < before.size() && i < result.report.per_layer.size(); ++i)
                 MESSAGE("  " << before[i].name << " " << before[i].sqnr_db << " dB | " << result.report.per_layer[i].name
@@ -290,9 +292,39 @@ TEST_CASE("per_layer_samples limits the per-layer analysis to the first samples,
     CHECK(limited.report.per_layer_samples == 40);
     CHECK(to_json(limited.report)["per_layer_samples"] == 40);
     CHECK(format_table(limited.report).find("40 samples") != std::string::npos);
-    const quantization_result all = quantize(small_cnn_mlp(0), quantizer, data, {.progress = false});
+    options.per_layer_samples = 0;
+    const quantization_result all = quantize(small_cnn_mlp(0), quantizer, data, options);
     CHECK(all.report.per_layer_samples == 128);
     REQUIRE(all.report.per_layer.size() == limited.report.per_layer.size());
     // The whole-model figures do not depend on it.
     CHECK(all.report.sqnr_db == limited.report.sqnr_db);
+}
+
+TEST_CASE("by default the per-layer analysis evaluates about one pass in all, at least 128 samples a layer") {
+    CHECK(per_layer_budget(2000, 4) == 500);
+    CHECK(per_layer_budget(2000, 14) == 143);  // rounded up: never less than one pass in all
+    CHECK(per_layer_budget(2000, 72) == 128);
+    CHECK(per_layer_budget(100, 5) == 100);    // fewer samples than the floor: all of them
+    CHECK(per_layer_budget(2000, 0) == 2000);
+
+    // 512 evaluation samples and small_cnn_mlp's layers: fewer samples a layer than all, and the
+    // figures are the ones the same count given explicitly measures.
+    const quantize_data data{versatil::testing::smooth_batches(8, 32, 1), versatil::testing::smooth_batches(16, 32, 2),
+                             std::nullopt};
+    const runtime_quantizer quantizer = compose({{"", backend("x86_inductor")}});
+    const ::torch::jit::Module model = small_cnn_mlp(0);
+    const std::size_t layers = analysed_layers(model, quantizer).size();
+    REQUIRE(layers >= 2);
+    const quantization_result automatic = quantize(model, quantizer, data, {.progress = false});
+    const std::int64_t expected = per_layer_budget(512, layers);
+    CHECK(expected < 512);
+    CHECK(automatic.report.per_layer_samples == expected);
+    quantize_options given{.progress = false};
+    given.per_layer_samples = expected;
+    const quantization_result explicit_count = quantize(model, quantizer, data, given);
+    REQUIRE(explicit_count.report.per_layer.size() == automatic.report.per_layer.size());
+    for (std::size_t i = 0; i < layers; ++i) {
+        CHECK(automatic.report.per_layer[i].name == explicit_count.report.per_layer[i].name);
+        CHECK(automatic.report.per_layer[i].sqnr_db == explicit_count.report.per_layer[i].sqnr_db);
+    }
 }

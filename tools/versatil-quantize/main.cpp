@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
     app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
     app.add_option("--per-layer-samples", per_layer_samples,
-                   "evaluation samples the per-layer analysis runs on (default 0: all)")
+                   "evaluation samples the per-layer analysis runs each layer on (default: at least 128, and about one "
+                   "evaluation pass in all; 0: all)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--min-sqnr", target.min_sqnr_db,
                    "accuracy target: keep layers in float one at a time, each step the one that gains most (greedy), "

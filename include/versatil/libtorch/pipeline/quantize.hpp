@@ -47,9 +47,11 @@ struct quantize_options {
     // (libtorch/distributed/qat.hpp) trains a slice of each batch and averages across processes.
     std::function<qat_result(prepared_model&, const at::Tensor& images, const at::Tensor& labels, const qat_options&)>
         train_with{};
-    // Evaluation samples the per-layer analysis runs on (0: all). Last, so that positional
-    // initialisers written before it still mean what they meant.
-    std::int64_t per_layer_samples = 0;
+    // Evaluation samples the per-layer analysis runs each layer on: automatic_per_layer_samples
+    // (the default) for about one evaluation pass in all (sensitivity.hpp, per_layer_budget),
+    // 0 for all of them, N for the first N. Last, so that positional initialisers written
+    // before it still mean what they meant.
+    std::int64_t per_layer_samples = automatic_per_layer_samples;
 };
 
 struct quantization_result {
@@ -126,10 +128,12 @@ inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runt
 // on a grid observed elsewhere, as after average pooling), and for every layer of a dynamic
 // target (no calibration to share: the direct path quantizes a few weights), the layer is
 // quantized alone, calibrated on the first 8 calibration batches as the analysis always did.
+// `reference`, when given, is the float model's outputs on `evaluation` (measure() has them).
 inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                               const ::torch::jit::Module* converted, const std::vector<batch>& calibration,
-                                              const std::vector<batch>& evaluation, int threads) {
-    const model_outputs reference = run_batches(model, evaluation);
+                                              const std::vector<batch>& evaluation, int threads,
+                                              const model_outputs* reference_outputs = nullptr) {
+    const model_outputs reference = reference_outputs ? *reference_outputs : run_batches(model, evaluation);
     const std::vector<std::string> layers = analysed_layers(model, quantizer);
     quantize_data subset;
     if (!quantizer.is_dynamic())
@@ -274,7 +278,10 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     // layer by layer by the direct path. QAT has nothing to start from before training (it would
     // mean training once per layer), so it is left to post-training runs.
     if (options.per_layer && !quantizer.is_qat()) {
-        const std::vector<batch> samples = first_samples(evaluation, options.per_layer_samples);
+        const std::vector<batch> samples = first_samples(
+            evaluation, options.per_layer_samples == automatic_per_layer_samples
+                            ? per_layer_budget(samples_in(evaluation), analysed_layers(model, quantizer).size())
+                            : options.per_layer_samples);
         std::optional<converted_model> own;
         if (!converted && !quantizer.is_dynamic()) {
             prepared_model prepared = prepare(model, lowered.plan);
@@ -283,9 +290,10 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
             correct_biases_for_targets(*own, data.calibration);
             converted = &*own;
         }
+        const bool every_sample = samples.size() == evaluation.size() && samples_in(samples) == samples_in(evaluation);
         report.per_layer = per_layer_sqnr(float_model, quantizer, converted ? &converted->module : nullptr,
-                                          data.calibration, samples, options.threads);
-        for (const batch& inputs : samples) report.per_layer_samples += inputs.samples();
+                                          data.calibration, samples, options.threads, every_sample ? &reference : nullptr);
+        report.per_layer_samples = samples_in(samples);
     }
     return report;
 }

@@ -326,6 +326,27 @@ inline std::vector<std::string> analysed_layers(const ::torch::jit::Module& mode
     return layers;
 }
 
+inline std::int64_t samples_in(const std::vector<batch>& batches) {
+    std::int64_t samples = 0;
+    for (const batch& inputs : batches) samples += inputs.samples();
+    return samples;
+}
+
+// quantize_options::per_layer_samples's default: per_layer_budget chooses.
+inline constexpr std::int64_t automatic_per_layer_samples = -1;
+
+// Evaluation samples per layer such that the per-layer analysis evaluates about as many samples
+// in all as one pass over the `evaluation_samples` (each layer is one pass of its own), but
+// never fewer than 128 a layer (or all there are): the analysis then costs about one more
+// evaluation pass, whatever the number of layers, up to 1 layer per 128 samples. The whole-model
+// figures keep every sample; the report says how many each layer's figure had.
+inline std::int64_t per_layer_budget(std::int64_t evaluation_samples, std::size_t layers) {
+    constexpr std::int64_t fewest = 128;
+    if (layers == 0) return evaluation_samples;
+    const std::int64_t share = (evaluation_samples + static_cast<std::int64_t>(layers) - 1) / static_cast<std::int64_t>(layers);
+    return std::min(evaluation_samples, std::max(fewest, share));
+}
+
 // The first `samples` samples of `batches` (all of them for 0), in the same batches.
 inline std::vector<batch> first_samples(const std::vector<batch>& batches, std::int64_t samples) {
     if (samples <= 0) return batches;
