@@ -183,26 +183,35 @@ inline tensor_pair unsearched_qparams(const at::Tensor& min_val, const at::Tenso
     return choose_qparams(min_val, max_val, quant_min, quant_max, symmetric, unsigned_dtype, eps);
 }
 
-// calculate_qparams of the percentile observer.
-inline tensor_pair percentile_qparams(const at::Tensor& min_val, const at::Tensor& max_val, const at::Tensor& histogram,
-                                      std::int64_t quant_min, std::int64_t quant_max, bool symmetric,
-                                      bool unsigned_dtype, double eps) {
+// The qparams of the range `search()` chooses; of the range seen when there is nothing to search.
+template <class Search>
+tensor_pair searched_qparams(const at::Tensor& min_val, const at::Tensor& max_val, Search search,
+                             std::int64_t quant_min, std::int64_t quant_max, bool symmetric, bool unsigned_dtype,
+                             double eps) {
     if (nothing_to_search(min_val, max_val))
         return unsearched_qparams(min_val, max_val, quant_min, quant_max, symmetric, unsigned_dtype, eps);
-    auto [new_min, new_max] =
-        range_tensors(percentile_range(histogram_data(histogram, min_val.item<float>(), max_val.item<float>())));
+    auto [new_min, new_max] = range_tensors(search());
     return choose_qparams(new_min, new_max, quant_min, quant_max, symmetric, unsigned_dtype, eps);
 }
 
-// calculate_qparams of the entropy observer: the KL search on its histogram (entropy_range).
+// calculate_qparams of the percentile observer (percentile_range) and of the entropy observer
+// (entropy_range).
+inline tensor_pair percentile_qparams(const at::Tensor& min_val, const at::Tensor& max_val, const at::Tensor& histogram,
+                                      std::int64_t quant_min, std::int64_t quant_max, bool symmetric,
+                                      bool unsigned_dtype, double eps) {
+    const auto search = [&] {
+        return percentile_range(histogram_data(histogram, min_val.item<float>(), max_val.item<float>()));
+    };
+    return searched_qparams(min_val, max_val, search, quant_min, quant_max, symmetric, unsigned_dtype, eps);
+}
+
 inline tensor_pair entropy_qparams(const at::Tensor& min_val, const at::Tensor& max_val, const at::Tensor& histogram,
                                    std::int64_t quant_min, std::int64_t quant_max, bool symmetric,
                                    bool unsigned_dtype, double eps) {
-    if (nothing_to_search(min_val, max_val))
-        return unsearched_qparams(min_val, max_val, quant_min, quant_max, symmetric, unsigned_dtype, eps);
-    auto [new_min, new_max] = range_tensors(
-        entropy_range(min_val.item<double>(), max_val.item<double>(), histogram, quant_max - quant_min + 1));
-    return choose_qparams(new_min, new_max, quant_min, quant_max, symmetric, unsigned_dtype, eps);
+    const auto search = [&] {
+        return entropy_range(min_val.item<double>(), max_val.item<double>(), histogram, quant_max - quant_min + 1);
+    };
+    return searched_qparams(min_val, max_val, search, quant_min, quant_max, symmetric, unsigned_dtype, eps);
 }
 
 // The auto observer's candidates, each as qparams, in the order auto prefers them on equal
