@@ -57,18 +57,11 @@ int main(int argc, char** argv) {
         at::set_num_threads(1);
         const benchmark_data loaded = load_benchmark_data();
         const auto& [train, test, calibration, evaluation] = loaded;
-        const auto load_average = [] {
-            std::ifstream file("/proc/loadavg");
-            std::string one, five, fifteen;
-            file >> one >> five >> fifteen;
-            return one + " " + five + " " + fifteen;
-        };
-        std::string command = "build-bench/benchmarks/accuracy_steps";
-        for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
         const std::time_t now = std::time(nullptr);
         char date[32];
         std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
-        json results = {{"command", command}, {"date", date}, {"load_before", load_average()}};
+        json results = {{"command", command_line("accuracy_steps", argc, argv)}, {"date", date},
+                        {"load_before", load_average()}};
         results["config"] = {{"steps", steps},
                              {"calibration_images", calibration_batch * calibration_batches},
                              {"test_images", test.images.size(0)},

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdint>
+#include <ctime>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -131,6 +133,29 @@ inline timed_quantization quantize_timed(const ::torch::jit::Module& model, cons
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     return {std::move(*lowered), std::move(seconds)};
+}
+
+// The machine's load average (1, 5 and 15 minutes) as /proc/loadavg gives it, recorded before
+// and after a run: the other jobs sharing the cores, which loosen the times.
+inline std::string load_average() {
+    std::ifstream file("/proc/loadavg");
+    std::string one, five, fifteen;
+    file >> one >> five >> fifteen;
+    return one + " " + five + " " + fifteen;
+}
+
+// The command as run from the repository root and the UTC time it started, for the results file.
+inline std::string command_line(const char* name, int argc, char** argv) {
+    std::string command = std::string("build-bench/benchmarks/") + name;
+    for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+    return command;
+}
+
+inline std::string utc_now() {
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+    return date;
 }
 
 inline runtime_quantizer whole_model(const std::string& spec) {

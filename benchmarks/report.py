@@ -809,6 +809,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         import firmware as firmware_benchmark
         lines += firmware_benchmark.render(json.loads(firmware.read_text()))
+    calibration_methods = root / "benchmarks" / "results" / "calibration_methods.json"
+    if calibration_methods.exists():  # measured by benchmarks/calibration_methods, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        import calibration_methods as calibration_methods_benchmark
+        lines += calibration_methods_benchmark.render(json.loads(calibration_methods.read_text()), peer, versatil)
     scale_out = root / "benchmarks" / "results" / "scale_out.json"
     if scale_out.exists():  # measured by benchmarks/scale_out.py, on its own
         sys.path.insert(0, str(root / "benchmarks"))

@@ -11,7 +11,10 @@
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 
 using namespace versatil;
@@ -168,13 +171,12 @@ TEST_CASE("a rank's own min-max observer differs from all data's, so the merge i
 // held to what is well defined: the merged SQNR is within 0.1 dB of the range one process
 // reaches over several orders of the same batches (natural, reversed, and rank by rank as 2, 3,
 // 4 and 8 processes deal them); the model-level test below compares with the natural order.
-// The percentile and entropy observers keep the same histogram and choose another range from
-// it, so they merge the same way and are held to the same bound.
+// The percentile observer keeps the same histogram and chooses another range from it, so it
+// merges the same way and is held to the same bound.
 TEST_CASE("histogram observers merged across ranks give qparams within 0.1 dB SQNR of one process's") {
     process_group& world = group();
     const std::vector<at::Tensor> values = activations();
-    for (const observer_kind kind :
-         {observer_kind::histogram, observer_kind::histogram_percentile, observer_kind::histogram_entropy}) {
+    for (const observer_kind kind : {observer_kind::histogram, observer_kind::histogram_percentile}) {
         INFO("observer ", observer_detail::class_name(kind));
         ::torch::jit::Module reference = observed(kind, values, 0, 1);
         ::torch::jit::Module merged = observed(kind, values, world.rank(), world.size());
@@ -201,6 +203,36 @@ TEST_CASE("histogram observers merged across ranks give qparams within 0.1 dB SQ
         CHECK(merged_sqnr >= *lowest - 0.1);
         CHECK(merged_sqnr <= *highest + 0.1);
     }
+}
+
+// The entropy observer's histogram has bins of a power-of-two width, anchored at 0, that depend
+// only on the range seen (entropy_histogram.hpp), so each rank rebins its counts exactly to the
+// global range's bins and the merge is one process's, bit for bit. The batches are scaled by 1, 2, 4 or 8
+// by position, so ranks see ranges that differ by powers of two and their own widths differ.
+TEST_CASE("entropy observers merged across ranks equal one process bit for bit") {
+    process_group& world = group();
+    std::vector<at::Tensor> values = activations();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = values[i] * static_cast<double>(1 << (i % 4));
+    ::torch::jit::Module reference = observed(observer_kind::histogram_entropy, values, 0, 1);
+    ::torch::jit::Module merged = observed(observer_kind::histogram_entropy, values, world.rank(), world.size());
+    int exponent = 0;
+    (void)std::frexp(observer_ops::entropy_grid_of(merged.attr("min_val").toTensor().item<double>(),
+                                                   merged.attr("max_val").toTensor().item<double>())
+                         .width,
+                     &exponent);
+    const std::vector<std::int64_t> exponents = world.all_gather(std::int64_t{exponent}, "comparing bin widths");
+    CHECK(std::adjacent_find(exponents.begin(), exponents.end(), std::not_equal_to<>()) != exponents.end());
+    merge_observer_statistics(merged, world);
+    for (const char* name : {"min_val", "max_val", "histogram"}) {
+        CAPTURE(name);
+        CHECK(at::equal(merged.attr(name).toTensor(), reference.attr(name).toTensor()));
+    }
+    const auto merged_qparams = qparams_of(merged);
+    const auto reference_qparams = qparams_of(reference);
+    CHECK(at::equal(merged_qparams.scale, reference_qparams.scale));
+    CHECK(at::equal(merged_qparams.zero_point, reference_qparams.zero_point));
+    MESSAGE("entropy merged across " << world.size() << " ranks: SQNR " << sqnr_with(values, merged_qparams)
+                                     << " dB, one process's exactly");
 }
 
 TEST_CASE("the auto observer is refused across ranks: its candidates depend on each rank's own values") {

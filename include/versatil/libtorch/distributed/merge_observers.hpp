@@ -3,12 +3,16 @@
 //
 // - MinMaxObserver and PerChannelMinMaxObserver: the running min / max all-reduced with MIN /
 //   MAX. Min and max are exact and order-free, so the result is bit for bit that of one process.
-// - HistogramObserver, and the percentile and entropy observers, which keep the same histogram
-//   and choose another range from it, in two phases: first the ranks agree on the global range (MIN of the
+// - HistogramObserver, and the percentile observer, which keeps the same histogram and chooses
+//   another range from it, in two phases: first the ranks agree on the global range (MIN of the
 //   mins, MAX of the maxes), then each rank spreads its histogram over the common bins of that
 //   range and the bins are summed. Spreading assumes values are uniform inside a bin, which is
 //   what one process's observer assumes too each time a batch widens its range (it resamples its
 //   old histogram onto the wider grid). Counts are summed in float64 and rounded once to float32.
+// - The entropy observer, in the same two phases: its histogram has bins of a power-of-two width
+//   anchored at 0 that depend only on the range seen (entropy_histogram.hpp), so each rank rebins
+//   its counts exactly to the bins of the global range (whole bins summed) and the counts are
+//   summed: one process's histogram and clip bit for bit, whatever the ranks saw.
 // - Moving-average observers depend on the order batches arrive in, so no merge equals one
 //   process: refused, naming the observer. So is the auto observer, whose candidates include a
 //   moving-average range and whose errors are measured on a sample of each rank's own values.
@@ -36,8 +40,14 @@ namespace merge_detail {
 
 // Kinds whose statistics are min_val, max_val and HistogramObserver's histogram.
 constexpr bool merges_as_histogram(observer_kind kind) {
-    return kind == observer_kind::histogram || kind == observer_kind::histogram_percentile ||
-           kind == observer_kind::histogram_entropy;
+    return kind == observer_kind::histogram || kind == observer_kind::histogram_percentile;
+}
+
+// The entropy observer's bins on the global range [low, high], as one process that saw
+// everything has them (entropy_histogram.hpp); none where no rank saw anything.
+inline observer_ops::entropy_grid global_entropy_grid(float low, float high) {
+    if (!(low <= high)) return {};
+    return observer_ops::entropy_grid_of(low, high);
 }
 
 struct found_observer {
@@ -163,11 +173,20 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
 
     // Phase 2: histograms on the agreed ranges, summed.
     std::vector<std::int64_t> histogram_offsets;
+    std::vector<observer_ops::entropy_grid> entropy_grids(observers.size());
     std::int64_t histogram_total = 0;
-    for (const auto& observer : observers) {
+    for (std::size_t i = 0, offset = 0; i < observers.size(); ++i) {
         histogram_offsets.push_back(histogram_total);
-        if (merge_detail::merges_as_histogram(observer.kind)) histogram_total += buffer(observer.module, "histogram").numel();
+        if (merge_detail::merges_as_histogram(observers[i].kind)) {
+            histogram_total += buffer(observers[i].module, "histogram").numel();
+        } else if (observers[i].kind == observer_kind::histogram_entropy) {
+            entropy_grids[i] = merge_detail::global_entropy_grid(all_mins[static_cast<std::int64_t>(offset)].item<float>(),
+                                                                 all_maxs[static_cast<std::int64_t>(offset)].item<float>());
+            histogram_total += entropy_grids[i].bins;
+        }
+        offset += static_cast<std::size_t>(channel_counts.data_ptr<std::int64_t>()[i]);
     }
+    histogram_offsets.push_back(histogram_total);
     at::Tensor histograms = at::zeros({histogram_total}, at::kDouble);
     std::int64_t offset = 0;
     for (std::size_t i = 0; i < observers.size(); ++i) {
@@ -175,6 +194,15 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
         const at::Tensor global_min = all_mins.slice(0, offset, offset + size);
         const at::Tensor global_max = all_maxs.slice(0, offset, offset + size);
         offset += size;
+        if (observers[i].kind == observer_kind::histogram_entropy) {
+            // Nothing seen here, or a range without bins anywhere: nothing to add.
+            if (mins[i].item<float>() > maxs[i].item<float>() || entropy_grids[i].bins == 0) continue;
+            const std::vector<double> rebinned = observer_ops::rebin(
+                observer_ops::histogram_counts(buffer(observers[i].module, "histogram")),
+                observer_ops::entropy_grid_of(mins[i].item<double>(), maxs[i].item<double>()), entropy_grids[i]);
+            std::copy(rebinned.begin(), rebinned.end(), histograms.data_ptr<double>() + histogram_offsets[i]);
+            continue;
+        }
         if (!merge_detail::merges_as_histogram(observers[i].kind)) continue;
         const float low = global_min.item<float>();
         const float high = global_max.item<float>();
@@ -212,6 +240,9 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
                                histograms.slice(0, histogram_offsets[i], histogram_offsets[i] + bins).to(at::kFloat).contiguous());
             }
         }
+        // Nothing anywhere, or no finite range: the observer keeps its own, as one process.
+        if (observers[i].kind == observer_kind::histogram_entropy && entropy_grids[i].bins > 0)
+            module.setattr("histogram", histograms.slice(0, histogram_offsets[i], histogram_offsets[i + 1]).clone());
         if (size == 0 && !per_tensor) continue;  // a per-channel observer no rank saw anything with
         module.setattr("min_val", min_val.to(old_min.scalar_type()));
         module.setattr("max_val", max_val.to(old_min.scalar_type()));

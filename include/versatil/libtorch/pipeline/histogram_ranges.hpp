@@ -2,9 +2,10 @@
 // operators, next to PyTorch's L2 search in observer_ops.hpp: percentile (the quantiles that
 // leave 0.01 % of the values out at each end, TensorRT's 99.99), entropy (TensorRT's KL
 // divergence search) and auto (per tensor, the candidate range with the lowest squared
-// quantization error on a sample of the observed values). The observers of these kinds
+// quantization error on a sample of the observed values). The percentile and auto observers
 // (observers.hpp) keep the histogram exactly as HistogramObserver does; only the range chosen
-// from it differs.
+// from it differs. The entropy observer keeps a histogram as TensorRT does instead, of fixed-width
+// bins (entropy_histogram.hpp).
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -19,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "versatil/libtorch/pipeline/entropy_histogram.hpp"
 #include "versatil/libtorch/pipeline/observer_ops.hpp"
 
 namespace versatil::libtorch {
@@ -61,105 +63,32 @@ inline value_range percentile_range(const histogram_data& h, double fraction = 1
     return {h.min + h.width() * static_cast<double>(low), h.min + h.width() * static_cast<double>(high + 1)};
 }
 
-// The histogram of |x|: `bins` bins over [0, max |x|], each source bin's count spread over the
-// bins its |x| interval covers in proportion to the overlap (values uniform within a bin).
-inline std::vector<double> absolute_histogram(const histogram_data& h, double amax) {
-    const std::int64_t bins = h.bins();
-    std::vector<double> folded(static_cast<std::size_t>(bins), 0.0);
-    const double width = amax / static_cast<double>(bins);
-    const auto spread = [&](double begin, double end, double count) {  // 0 <= begin < end <= amax
-        const auto first = std::min(bins - 1, static_cast<std::int64_t>(begin / width));
-        for (std::int64_t b = first; b < bins; ++b) {
-            const double lo = std::max(begin, width * static_cast<double>(b));
-            const double hi = std::min(end, width * static_cast<double>(b + 1));
-            if (hi <= lo && b > first) break;
-            folded[static_cast<std::size_t>(b)] += count * std::max(0.0, hi - lo) / (end - begin);
-        }
-    };
-    for (std::int64_t k = 0; k < bins; ++k) {
-        const double count = h.counts[static_cast<std::size_t>(k)];
-        if (count == 0.0) continue;
-        const double begin = h.min + h.width() * static_cast<double>(k);
-        const double end = begin + h.width();
-        if (begin >= 0.0)
-            spread(begin, end, count);
-        else if (end <= 0.0)
-            spread(-end, -begin, count);
-        else {  // straddles zero: each side its share
-            spread(0.0, end, count * end / (end - begin));
-            spread(0.0, -begin, count * -begin / (end - begin));
-        }
+// Entropy's range within [min, max] seen, from the histogram of x on the grid of that range
+// (entropy_histogram.hpp): the top clipped by TensorRT's unsigned search (all `quant_levels` of
+// the affine grid) on the bins read from the lowest up, the coordinate x - lo of the affine
+// grid; the bottom by the same search on the bins read from the highest down, hi - x. Each side
+// is searched with the other at its extreme, as the grid spans both, and only among clips on its
+// own side of 0 (the search starts at the bin of 0 when that is past TensorRT's bin 128): a
+// clip across 0 would leave out the bulk of the values, and with it the bins the KL divergence
+// is measured on. A one-signed tensor is clipped on its far side only: its near side is 0,
+// which the grid holds anyway; for a ReLU output (lo = 0) that is TensorRT's unsigned
+// calibration exactly.
+inline value_range entropy_range(double min, double max, const at::Tensor& histogram, std::int64_t quant_levels) {
+    const entropy_grid grid = entropy_grid_of(min, max);
+    std::vector<double> counts = histogram_counts(histogram);
+    if (grid.width == 0.0 || static_cast<std::int64_t>(counts.size()) != grid.bins) return {min, max};
+    value_range range{min, max};
+    if (max > 0.0) {
+        const std::int64_t clip = entropy_clip_bins(counts, quant_levels, std::max(entropy_start_bin, -grid.first));
+        range.max = std::min(max, grid.width * static_cast<double>(grid.first + clip));
     }
-    return folded;
-}
-
-// TensorRT's entropy calibration (pytorch-quantization's _compute_amax_entropy, stride 1): on
-// the histogram of |x|, for each candidate clip bin i from `levels` on, the reference P is the
-// first i bins with everything beyond added to the last, Q is P's first i bins merged into
-// `levels` levels and spread back over their non-empty bins; the clip with the smallest KL(P||Q)
-// wins (the last one on ties). `levels` is the quantized levels on one side of zero: half the
-// range when values of both signs are seen, all of it for a one-signed tensor. Like TensorRT, the
-// first bin's count is replaced by the second's, so a spike of zeros (ReLU) does not drive the
-// choice. The range is [-amax, amax] within [min, max].
-inline value_range entropy_range(const histogram_data& h, std::int64_t quant_levels) {
-    const double amax_seen = std::max(std::abs(h.min), std::abs(h.max));
-    const bool two_sided = h.min < 0.0 && h.max > 0.0;
-    const std::int64_t levels = std::max<std::int64_t>(2, two_sided ? quant_levels / 2 : quant_levels);
-    std::vector<double> bins = absolute_histogram(h, amax_seen);
-    const auto count = static_cast<std::int64_t>(bins.size());
-    if (count <= levels || amax_seen == 0.0) return {h.min, h.max};
-    bins[0] = bins[1];
-    std::vector<double> suffix(static_cast<std::size_t>(count) + 1, 0.0);  // sum of bins[i:]
-    for (std::int64_t i = count - 1; i >= 0; --i)
-        suffix[static_cast<std::size_t>(i)] = suffix[static_cast<std::size_t>(i + 1)] + bins[static_cast<std::size_t>(i)];
-    double best = std::numeric_limits<double>::infinity();
-    std::int64_t best_i = count;
-    std::vector<double> level_sum(static_cast<std::size_t>(levels));
-    std::vector<std::int64_t> level_nonzero(static_cast<std::size_t>(levels));
-    std::vector<std::int64_t> level_of(static_cast<std::size_t>(count));
-    for (std::int64_t i = levels; i <= count; ++i) {
-        std::fill(level_sum.begin(), level_sum.end(), 0.0);
-        std::fill(level_nonzero.begin(), level_nonzero.end(), 0);
-        // np.digitize(range(i), linspace(0, i, levels + 1)) - 1: bin j's level.
-        for (std::int64_t j = 0; j < i; ++j) {
-            const std::int64_t level = std::min(levels - 1, j * levels / i);
-            level_of[static_cast<std::size_t>(j)] = level;
-            if (bins[static_cast<std::size_t>(j)] != 0.0) {
-                level_sum[static_cast<std::size_t>(level)] += bins[static_cast<std::size_t>(j)];
-                ++level_nonzero[static_cast<std::size_t>(level)];
-            }
-        }
-        const double outliers = suffix[static_cast<std::size_t>(i)];
-        double q_total = 0.0;
-        for (std::int64_t j = 0; j < i; ++j)
-            if (bins[static_cast<std::size_t>(j)] != 0.0) {
-                const auto level = static_cast<std::size_t>(level_of[static_cast<std::size_t>(j)]);
-                q_total += level_sum[level] / static_cast<double>(level_nonzero[level]);
-            }
-        const double p_total = suffix[0];
-        double divergence = 0.0;
-        for (std::int64_t j = 0; j < i && std::isfinite(divergence); ++j) {
-            const double p = bins[static_cast<std::size_t>(j)] + (j == i - 1 ? outliers : 0.0);
-            if (p == 0.0) continue;
-            double q = 0.0;
-            if (bins[static_cast<std::size_t>(j)] != 0.0) {
-                const auto level = static_cast<std::size_t>(level_of[static_cast<std::size_t>(j)]);
-                q = level_sum[level] / static_cast<double>(level_nonzero[level]);
-            }
-            if (q == 0.0) {
-                divergence = std::numeric_limits<double>::infinity();
-                break;
-            }
-            const double p_norm = p / p_total;
-            divergence += p_norm * std::log(p_norm / (q / q_total));
-        }
-        if (divergence <= best) {  // the last minimum, as TensorRT takes it
-            best = divergence;
-            best_i = i;
-        }
+    if (min < 0.0) {
+        std::reverse(counts.begin(), counts.end());
+        const std::int64_t clip =
+            entropy_clip_bins(counts, quant_levels, std::max(entropy_start_bin, grid.first + grid.bins));
+        range.min = std::max(min, grid.width * static_cast<double>(grid.first + grid.bins - clip));
     }
-    const double amax = amax_seen * static_cast<double>(best_i) / static_cast<double>(count);
-    return {std::max(h.min, -amax), std::min(h.max, amax)};
+    return range;
 }
 
 // What auto measures its candidates' errors on: a sample of the observed values (all of them
@@ -236,9 +165,6 @@ inline tensor_pair add_to_sample(const at::Tensor& x, const at::Tensor& samples,
     return {at::cat({kept, drawn}).contiguous(), at::full({}, step, at::kLong)};
 }
 
-// The methods a histogram observer can choose a range with (method argument of the operators).
-enum class histogram_method : std::int64_t { percentile = 0, entropy = 1 };
-
 inline tensor_pair range_tensors(value_range range) {
     return {at::full({}, static_cast<float>(range.min), at::kFloat), at::full({}, static_cast<float>(range.max), at::kFloat)};
 }
@@ -257,18 +183,35 @@ inline tensor_pair unsearched_qparams(const at::Tensor& min_val, const at::Tenso
     return choose_qparams(min_val, max_val, quant_min, quant_max, symmetric, unsigned_dtype, eps);
 }
 
-// calculate_qparams of the percentile and entropy observers.
-inline tensor_pair histogram_method_qparams(const at::Tensor& min_val, const at::Tensor& max_val,
-                                            const at::Tensor& histogram, std::int64_t method, std::int64_t quant_min,
-                                            std::int64_t quant_max, bool symmetric, bool unsigned_dtype, double eps) {
+// The qparams of the range `search()` chooses; of the range seen when there is nothing to search.
+template <class Search>
+tensor_pair searched_qparams(const at::Tensor& min_val, const at::Tensor& max_val, Search search,
+                             std::int64_t quant_min, std::int64_t quant_max, bool symmetric, bool unsigned_dtype,
+                             double eps) {
     if (nothing_to_search(min_val, max_val))
         return unsearched_qparams(min_val, max_val, quant_min, quant_max, symmetric, unsigned_dtype, eps);
-    const histogram_data h(histogram, min_val.item<float>(), max_val.item<float>());
-    const value_range range = method == static_cast<std::int64_t>(histogram_method::percentile)
-                                  ? percentile_range(h)
-                                  : entropy_range(h, quant_max - quant_min + 1);
-    auto [new_min, new_max] = range_tensors(range);
+    auto [new_min, new_max] = range_tensors(search());
     return choose_qparams(new_min, new_max, quant_min, quant_max, symmetric, unsigned_dtype, eps);
+}
+
+// calculate_qparams of the percentile observer (percentile_range) and of the entropy observer
+// (entropy_range).
+inline tensor_pair percentile_qparams(const at::Tensor& min_val, const at::Tensor& max_val, const at::Tensor& histogram,
+                                      std::int64_t quant_min, std::int64_t quant_max, bool symmetric,
+                                      bool unsigned_dtype, double eps) {
+    const auto search = [&] {
+        return percentile_range(histogram_data(histogram, min_val.item<float>(), max_val.item<float>()));
+    };
+    return searched_qparams(min_val, max_val, search, quant_min, quant_max, symmetric, unsigned_dtype, eps);
+}
+
+inline tensor_pair entropy_qparams(const at::Tensor& min_val, const at::Tensor& max_val, const at::Tensor& histogram,
+                                   std::int64_t quant_min, std::int64_t quant_max, bool symmetric,
+                                   bool unsigned_dtype, double eps) {
+    const auto search = [&] {
+        return entropy_range(min_val.item<double>(), max_val.item<double>(), histogram, quant_max - quant_min + 1);
+    };
+    return searched_qparams(min_val, max_val, search, quant_min, quant_max, symmetric, unsigned_dtype, eps);
 }
 
 // The auto observer's candidates, each as qparams, in the order auto prefers them on equal
@@ -284,7 +227,8 @@ struct candidate {
 inline std::vector<candidate> auto_candidates(const at::Tensor& min_val, const at::Tensor& max_val,
                                               const at::Tensor& histogram, const at::Tensor& seen_min,
                                               const at::Tensor& seen_max, const at::Tensor& moving_min,
-                                              const at::Tensor& moving_max, const observed_values& observed,
+                                              const at::Tensor& moving_max, const at::Tensor& entropy_histogram,
+                                              const observed_values& observed,
                                               std::int64_t dst_nbins,
                                               std::int64_t quant_min, std::int64_t quant_max, bool symmetric,
                                               bool unsigned_dtype, double eps) {
@@ -302,7 +246,8 @@ inline std::vector<candidate> auto_candidates(const at::Tensor& min_val, const a
     if (!is_unobserved(moving_min, moving_max)) add("moving_minmax", moving_min, moving_max);
     auto [percentile_min, percentile_max] = range_tensors(percentile_range(h));
     add("percentile", percentile_min, percentile_max);
-    auto [entropy_min, entropy_max] = range_tensors(entropy_range(h, quant_max - quant_min + 1));
+    auto [entropy_min, entropy_max] = range_tensors(
+        entropy_range(seen_min.item<double>(), seen_max.item<double>(), entropy_histogram, quant_max - quant_min + 1));
     add("entropy", entropy_min, entropy_max);
     return candidates;
 }
@@ -310,7 +255,8 @@ inline std::vector<candidate> auto_candidates(const at::Tensor& min_val, const a
 // calculate_qparams of the auto observer: the candidate with the lowest error (the first on ties).
 inline tensor_pair histogram_auto_qparams(const at::Tensor& min_val, const at::Tensor& max_val,
                                           const at::Tensor& histogram, const at::Tensor& seen_min, const at::Tensor& seen_max,
-                                          const at::Tensor& moving_min, const at::Tensor& moving_max, const at::Tensor& samples,
+                                          const at::Tensor& moving_min, const at::Tensor& moving_max,
+                                          const at::Tensor& entropy_histogram, const at::Tensor& samples,
                                           const at::Tensor& sample_rate, const at::Tensor& lowest, const at::Tensor& highest,
                                           const at::Tensor& seen_count, std::int64_t dst_nbins, std::int64_t quant_min,
                                           std::int64_t quant_max, bool symmetric, bool unsigned_dtype, double eps) {
@@ -319,7 +265,8 @@ inline tensor_pair histogram_auto_qparams(const at::Tensor& min_val, const at::T
     const observed_values observed{samples, sample_rate.item<std::int64_t>(), lowest, highest,
                                    seen_count.item<std::int64_t>()};
     const std::vector<candidate> candidates =
-        auto_candidates(min_val, max_val, histogram, seen_min, seen_max, moving_min, moving_max, observed, dst_nbins,
+        auto_candidates(min_val, max_val, histogram, seen_min, seen_max, moving_min, moving_max, entropy_histogram,
+                        observed, dst_nbins,
                         quant_min, quant_max, symmetric, unsigned_dtype, eps);
     const auto best = std::ranges::min_element(candidates, {}, &candidate::error);
     return {best->scale, best->zero_point};
@@ -332,29 +279,41 @@ inline at::Tensor extremes(const at::Tensor& kept, const at::Tensor& values, boo
 }
 
 // The auto observer's statistics: HistogramObserver's; beside them the ranges the histogram
-// cannot give, MinMaxObserver's (the histogram's max is widened to its grid) and
-// MovingAverageMinMaxObserver's (it depends on the batches, not only the values); and what its
-// errors are measured on (observed_values). Returns each state tensor updated, in argument order.
+// cannot give, MinMaxObserver's (the histogram's max is widened to its grid) with the entropy
+// observer's histogram (entropy_histogram.hpp), and MovingAverageMinMaxObserver's (it
+// depends on the batches, not only the values); and what its errors are measured on
+// (observed_values). Returns each state tensor updated, in argument order.
 using auto_state = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 inline auto_state observe_histogram_auto(const at::Tensor& x, const at::Tensor& min_val, const at::Tensor& max_val,
                                          const at::Tensor& histogram, std::int64_t upsample_rate,
                                          const at::Tensor& seen_min, const at::Tensor& seen_max,
                                          const at::Tensor& moving_min, const at::Tensor& moving_max,
-                                         double averaging_constant, const at::Tensor& samples,
+                                         double averaging_constant, const at::Tensor& entropy_histogram,
+                                         const at::Tensor& samples,
                                          const at::Tensor& sample_rate, const at::Tensor& lowest,
                                          const at::Tensor& highest, const at::Tensor& seen_count) {
     if (x.numel() == 0)
-        return {min_val, max_val, histogram, seen_min, seen_max, moving_min, moving_max, samples, sample_rate,
-                lowest, highest, seen_count};
+        return {min_val,           max_val, histogram,   seen_min, seen_max, moving_min, moving_max,
+                entropy_histogram, samples, sample_rate, lowest,   highest,  seen_count};
     auto [new_min, new_max, new_histogram] = observe_histogram(x, min_val, max_val, histogram, upsample_rate);
-    auto [new_seen_min, new_seen_max] = observe_min_max(x, seen_min, seen_max, -1);
+    auto [new_seen_min, new_seen_max, new_entropy_histogram] =
+        observe_entropy_histogram(x, seen_min, seen_max, entropy_histogram);
     auto [new_moving_min, new_moving_max] = observe_moving_average(x, moving_min, moving_max, -1, averaging_constant);
     auto [new_samples, new_rate] = add_to_sample(x, samples, sample_rate);
     const at::Tensor values = x.detach().to(at::kFloat).reshape({-1});
-    return {new_min,        new_max,        new_histogram, new_seen_min,
-            new_seen_max,   new_moving_min, new_moving_max, new_samples,
-            new_rate,       extremes(lowest, values, false), extremes(highest, values, true),
+    return {new_min,
+            new_max,
+            new_histogram,
+            new_seen_min,
+            new_seen_max,
+            new_moving_min,
+            new_moving_max,
+            new_entropy_histogram,
+            new_samples,
+            new_rate,
+            extremes(lowest, values, false),
+            extremes(highest, values, true),
             at::full({}, seen_count.item<std::int64_t>() + x.numel(), at::kLong)};
 }
 
@@ -368,18 +327,26 @@ inline void register_histogram_range_ops() {
         const auto def = [library](const char* schema, auto function) {
             library->def(::torch::schema(schema, c10::AliasAnalysisKind::CONSERVATIVE), function);
         };
-        def("histogram_method_qparams(Tensor min_val, Tensor max_val, Tensor histogram, int method, int quant_min, "
-            "int quant_max, bool symmetric, bool unsigned_dtype, float eps) -> (Tensor, Tensor)",
-            &observer_ops::histogram_method_qparams);
+        def("percentile_qparams(Tensor min_val, Tensor max_val, Tensor histogram, int quant_min, int quant_max, "
+            "bool symmetric, bool unsigned_dtype, float eps) -> (Tensor, Tensor)",
+            &observer_ops::percentile_qparams);
+        def("entropy_qparams(Tensor min_val, Tensor max_val, Tensor histogram, int quant_min, int quant_max, "
+            "bool symmetric, bool unsigned_dtype, float eps) -> (Tensor, Tensor)",
+            &observer_ops::entropy_qparams);
+        def("observe_entropy_histogram(Tensor x, Tensor min_val, Tensor max_val, Tensor histogram) "
+            "-> (Tensor, Tensor, Tensor)",
+            &observer_ops::observe_entropy_histogram);
         def("histogram_auto_qparams(Tensor min_val, Tensor max_val, Tensor histogram, Tensor seen_min, "
-            "Tensor seen_max, Tensor moving_min, Tensor moving_max, Tensor samples, Tensor sample_rate, Tensor lowest, "
+            "Tensor seen_max, Tensor moving_min, Tensor moving_max, Tensor entropy_histogram, "
+            "Tensor samples, Tensor sample_rate, Tensor lowest, "
             "Tensor highest, Tensor seen_count, int dst_nbins, int quant_min, "
             "int quant_max, bool symmetric, bool unsigned_dtype, float eps) -> (Tensor, Tensor)",
             &observer_ops::histogram_auto_qparams);
         def("observe_histogram_auto(Tensor x, Tensor min_val, Tensor max_val, Tensor histogram, int upsample_rate, "
             "Tensor seen_min, Tensor seen_max, Tensor moving_min, Tensor moving_max, float averaging_constant, "
-            "Tensor samples, Tensor sample_rate, Tensor lowest, Tensor highest, Tensor seen_count) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+            "Tensor entropy_histogram, Tensor samples, Tensor sample_rate, Tensor lowest, Tensor highest, "
+            "Tensor seen_count) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, "
+            "Tensor, Tensor, Tensor)",
             &observer_ops::observe_histogram_auto);
         return true;
     }();

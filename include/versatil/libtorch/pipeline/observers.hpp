@@ -6,8 +6,9 @@
 // C++, compiled once per kind; make_observer deep-copies that prototype (same class type, no
 // compilation) and writes the spec's values into it.
 //
-// The statistics follow torch.ao.quantization.observer (PyTorch 1.13) and run as compiled
-// operators that forward calls (observer_ops.hpp). The qparams follow
+// The statistics follow torch.ao.quantization.observer (PyTorch 1.13), and the entropy
+// observer's TensorRT's HistogramCalibrator, and run as compiled operators that forward calls
+// (observer_ops.hpp, entropy_histogram.hpp). The qparams follow
 // versatil::math::choose_qparams exactly, which is PyTorch's _calculate_qparams except that a
 // range too wide for float32 gives the largest finite scale, not infinity.
 #pragma once
@@ -143,22 +144,36 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 )JIT";
 
 // The calibration methods' range choices over the same histogram (histogram_ranges.hpp). The
-// auto observer also keeps what its candidates and their errors need: the true and the
-// moving-average ranges, a sample of the values, the extreme values and their count.
+// auto observer also keeps what its candidates and their errors need: the true range with the
+// entropy observer's histogram, the moving-average range, a sample of the values, the
+// extreme values and their count.
 inline operator_method histogram_range_qparams_method(observer_kind kind) {
     if (kind == observer_kind::histogram_auto)
         return {"calculate_qparams", "versatil::histogram_auto_qparams", {},
                 {"self.min_val", "self.max_val", "self.histogram", "self.seen_min", "self.seen_max", "self.moving_min",
-                 "self.moving_max", "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count",
+                 "self.moving_max", "self.entropy_histogram", "self.samples", "self.sample_rate",
+                 "self.lowest", "self.highest", "self.seen_count",
                  "self.dst_nbins", "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
                 {}, 2};
-    const auto method = kind == observer_kind::histogram_percentile ? observer_ops::histogram_method::percentile
-                                                                     : observer_ops::histogram_method::entropy;
-    return {"calculate_qparams", "versatil::histogram_method_qparams", {},
-            {"self.min_val", "self.max_val", "self.histogram", std::to_string(static_cast<std::int64_t>(method)),
-             "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+    if (kind == observer_kind::histogram_entropy)
+        return {"calculate_qparams", "versatil::entropy_qparams", {},
+                {"self.min_val", "self.max_val", "self.histogram", "self.quant_min", "self.quant_max", "self.symmetric",
+                 "self.unsigned_dtype", "self.eps"},
+                {}, 2};
+    return {"calculate_qparams", "versatil::percentile_qparams", {},
+            {"self.min_val", "self.max_val", "self.histogram", "self.quant_min", "self.quant_max", "self.symmetric",
+             "self.unsigned_dtype", "self.eps"},
             {}, 2};
 }
+
+// The entropy observer's histogram grows with the range (entropy_histogram.hpp): empty until a
+// value is seen.
+inline constexpr std::string_view entropy_reset_source = R"JIT(
+def reset_min_max_vals(self):
+    self.min_val = torch.full([1], float("inf")).reshape([])
+    self.max_val = torch.full([1], float("-inf")).reshape([])
+    self.histogram = torch.zeros([0]).double()
+)JIT";
 
 inline constexpr std::string_view histogram_auto_reset_source = R"JIT(
 def reset_min_max_vals(self):
@@ -169,6 +184,7 @@ def reset_min_max_vals(self):
     self.seen_max = torch.full([1], float("-inf")).reshape([])
     self.moving_min = torch.full([1], float("inf")).reshape([])
     self.moving_max = torch.full([1], float("-inf")).reshape([])
+    self.entropy_histogram = torch.zeros([0]).double()
     self.samples = torch.zeros([0])
     self.sample_rate = torch.ones([1]).long().reshape([])
     self.lowest = torch.zeros([0])
@@ -208,16 +224,21 @@ inline std::string class_name(observer_kind kind) {
 // PyTorch 1.13's HistogramObserver, with one deliberate fix: 1.13 passes int(min_val) and
 // int(max_val) as torch.histc's range, which truncates the range toward zero and drops every
 // value outside it from the histogram while min_val/max_val keep the true range (fixed upstream
-// in PyTorch 2.0, which passes the float bounds, as this does). Per-tensor kinds pass ch_axis -1
-// whatever the attribute holds.
+// in PyTorch 2.0, which passes the float bounds, as this does); the entropy observer's are
+// TensorRT's fixed-width histogram beside the running range (entropy_histogram.hpp). Per-tensor kinds
+// pass ch_axis -1 whatever the attribute holds.
 inline operator_method statistics_method(observer_kind kind, const std::string& name) {
     if (kind == observer_kind::histogram_auto)
         return {name, "versatil::observe_histogram_auto", {"x_orig"},
                 {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate", "self.seen_min",
-                 "self.seen_max", "self.moving_min", "self.moving_max", "self.averaging_constant", "self.samples",
-                 "self.sample_rate", "self.lowest", "self.highest", "self.seen_count"},
-                {"min_val", "max_val", "histogram", "seen_min", "seen_max", "moving_min", "moving_max", "samples",
-                 "sample_rate", "lowest", "highest", "seen_count"}};
+                 "self.seen_max", "self.moving_min", "self.moving_max", "self.averaging_constant", "self.entropy_histogram",
+                 "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count"},
+                {"min_val", "max_val", "histogram", "seen_min", "seen_max", "moving_min", "moving_max", "entropy_histogram",
+                 "samples", "sample_rate", "lowest", "highest", "seen_count"}};
+    if (kind == observer_kind::histogram_entropy)
+        return {name, "versatil::observe_entropy_histogram", {"x_orig"},
+                {"x_orig", "self.min_val", "self.max_val", "self.histogram"},
+                {"min_val", "max_val", "histogram"}};
     if (is_histogram(kind))
         return {name, "versatil::observe_histogram", {"x_orig"},
                 {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate"},
@@ -243,8 +264,9 @@ inline void define_observer_methods(::torch::jit::Module& module, observer_kind 
     if (is_histogram(kind)) {
         define_operator_method(module, kind == observer_kind::histogram ? histogram_qparams_method
                                                                          : histogram_range_qparams_method(kind));
-        module.define(std::string(kind == observer_kind::histogram_auto ? histogram_auto_reset_source
-                                                                         : histogram_reset_source));
+        module.define(std::string(kind == observer_kind::histogram_auto      ? histogram_auto_reset_source
+                                  : kind == observer_kind::histogram_entropy ? entropy_reset_source
+                                                                             : histogram_reset_source));
     } else {
         module.define(std::string(is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source));
     }
@@ -274,9 +296,12 @@ inline ::torch::jit::Module observer_with_state(const std::string& name, observe
         for (const char* values : {"seen_min", "seen_max", "moving_min", "moving_max", "samples", "lowest", "highest"})
             observer.register_buffer(values, ::torch::zeros({0}));
         observer.register_buffer("sample_rate", ::torch::ones({}, ::torch::kLong));
+        observer.register_buffer("entropy_histogram", ::torch::zeros({0}, ::torch::kDouble));
         observer.register_buffer("seen_count", ::torch::zeros({}, ::torch::kLong));
     }
-    if (is_histogram(kind)) {
+    if (kind == observer_kind::histogram_entropy) {
+        observer.register_buffer("histogram", ::torch::zeros({0}, ::torch::kDouble));
+    } else if (is_histogram(kind)) {
         observer.register_attribute("bins", c10::IntType::get(), std::int64_t{histogram_bins});
         observer.register_attribute("upsample_rate", c10::IntType::get(), std::int64_t{histogram_upsample_rate});
         observer.register_attribute("dst_nbins", c10::IntType::get(), std::int64_t{256});
@@ -383,7 +408,7 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
                                    histogram_entropy, histogram_auto, placeholder>(spec.observer)
             .deepcopy();
     observer_detail::write_spec(observer, spec);
-    if (is_histogram(spec.observer))
+    if (is_histogram(spec.observer) && spec.observer != observer_kind::histogram_entropy)
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
     return observer;
 }
