@@ -81,10 +81,8 @@ json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& q
     lowering_options lowering;
     if (!calibration.empty()) lowering.sample = calibration.front();
     lowering.threads = 1;
-    const std::vector<batch> per_layer_samples = first_samples(
-        evaluation, per_layer_budget(samples_in(evaluation), analysed_layers(model, quantizer).size()));
     const auto per_layer = [&](const ::torch::jit::Module* converted) {
-        return libtorch::detail::per_layer_sqnr(model, quantizer, converted, calibration, per_layer_samples, 1);
+        return libtorch::detail::per_layer_sqnr(model, quantizer, converted, calibration, evaluation, 1);
     };
     auto start = clock::now();
     if (const std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering)) {

@@ -41,8 +41,7 @@ inline distributed_calibration calibrate_distributed(prepared_model& prepared, c
     const auto start = std::chrono::steady_clock::now();
     calibrate(prepared, shard, options);
     result.observe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::int64_t samples = 0;
-    for (const batch& inputs : shard) samples += inputs.samples();
+    const std::int64_t samples = samples_in(shard);
     // The first exchange is also where fast ranks wait for slow ones: timed apart from the merge.
     const double before = group.communication_seconds();
     result.samples_per_rank = group.all_gather(samples, "calibration (waiting for the other ranks' batches)");

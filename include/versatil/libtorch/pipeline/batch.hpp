@@ -62,6 +62,13 @@ inline std::vector<batch> split_batches(const at::Tensor& data, std::int64_t bat
     return split_batches(std::vector<at::Tensor>{data}, batch_size);
 }
 
+// How many samples `batches` hold in all.
+inline std::int64_t samples_in(const std::vector<batch>& batches) {
+    std::int64_t samples = 0;
+    for (const batch& inputs : batches) samples += inputs.samples();
+    return samples;
+}
+
 // Every input of every batch, concatenated along dim 0: one tensor per forward argument.
 inline std::vector<at::Tensor> concatenate(const std::vector<batch>& batches) {
     std::vector<at::Tensor> inputs;

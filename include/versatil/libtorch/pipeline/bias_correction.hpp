@@ -241,8 +241,7 @@ inline void correct_biases_for_targets(converted_model& converted, const std::ve
     };
     const bias_correction_summary summary = correct_biases(converted.module, *converted.float_model, batches,
                                                            [&](const std::string& path) { return target_of(path).has_value(); });
-    std::int64_t samples = 0;
-    for (const batch& inputs : batches) samples += inputs.samples();
+    const std::int64_t samples = samples_in(batches);
     const std::string measured_on = summary.samples == samples ? std::to_string(samples) + " calibration samples"
                                                                : std::to_string(summary.samples) + " of the " +
                                                                      std::to_string(samples) + " calibration samples";

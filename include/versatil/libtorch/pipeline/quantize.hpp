@@ -128,13 +128,27 @@ inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runt
 // on a grid observed elsewhere, as after average pooling), and for every layer of a dynamic
 // target (no calibration to share: the direct path quantizes a few weights), the layer is
 // quantized alone, calibrated on the first 8 calibration batches as the analysis always did.
-// `reference`, when given, is the float model's outputs on `evaluation` (measure() has them).
-inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                              const ::torch::jit::Module* converted, const std::vector<batch>& calibration,
-                                              const std::vector<batch>& evaluation, int threads,
-                                              const model_outputs* reference_outputs = nullptr) {
-    const model_outputs reference = reference_outputs ? *reference_outputs : run_batches(model, evaluation);
+// Each layer is evaluated on the first samples of `evaluation` that `requested_samples` asks
+// for (quantize_options::per_layer_samples); `reference_outputs`, when given, are the float
+// model's on all of `evaluation` (measure() has them), used when every sample is.
+struct per_layer_analysis {
+    std::vector<layer_sqnr> layers;  // worst first
+    std::int64_t samples = 0;        // evaluated per layer
+};
+
+inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                         const ::torch::jit::Module* converted, const std::vector<batch>& calibration,
+                                         const std::vector<batch>& all_evaluation, int threads,
+                                         std::int64_t requested_samples = automatic_per_layer_samples,
+                                         const model_outputs* reference_outputs = nullptr) {
     const std::vector<std::string> layers = analysed_layers(model, quantizer);
+    const std::int64_t all_samples = samples_in(all_evaluation);
+    const std::vector<batch> evaluation = first_samples(
+        all_evaluation, requested_samples == automatic_per_layer_samples ? per_layer_budget(all_samples, layers.size())
+                                                                         : requested_samples);
+    const std::int64_t samples = samples_in(evaluation);
+    const model_outputs reference =
+        reference_outputs && samples == all_samples ? *reference_outputs : run_batches(model, evaluation);
     quantize_data subset;
     if (!quantizer.is_dynamic())
         subset.calibration.assign(calibration.begin(),
@@ -155,7 +169,7 @@ inline std::vector<layer_sqnr> per_layer_sqnr(const ::torch::jit::Module& model,
         switchable->quantize_layer(layer, false);
     }
     std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
-    return result;
+    return {std::move(result), samples};
 }
 
 // `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
@@ -256,7 +270,7 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     report.quantizable_ops =
         count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
     report.quantized_ops = count_ops(executed_ops(lowered.module.deepcopy(), evaluation.front()), is_quantized_op);
-    for (const batch& inputs : evaluation) report.evaluation_samples += inputs.samples();
+    report.evaluation_samples = samples_in(evaluation);
     const outputs_comparison comparison = compare_outputs(reference, quantized);
     report.max_abs_diff = comparison.overall.max_abs_diff;
     report.mean_abs_diff = comparison.overall.mean_abs_diff;
@@ -278,10 +292,6 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     // layer by layer by the direct path. QAT has nothing to start from before training (it would
     // mean training once per layer), so it is left to post-training runs.
     if (options.per_layer && !quantizer.is_qat()) {
-        const std::vector<batch> samples = first_samples(
-            evaluation, options.per_layer_samples == automatic_per_layer_samples
-                            ? per_layer_budget(samples_in(evaluation), analysed_layers(model, quantizer).size())
-                            : options.per_layer_samples);
         std::optional<converted_model> own;
         if (!converted && !quantizer.is_dynamic()) {
             prepared_model prepared = prepare(model, lowered.plan);
@@ -290,10 +300,11 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
             correct_biases_for_targets(*own, data.calibration);
             converted = &*own;
         }
-        const bool every_sample = samples.size() == evaluation.size() && samples_in(samples) == samples_in(evaluation);
-        report.per_layer = per_layer_sqnr(float_model, quantizer, converted ? &converted->module : nullptr,
-                                          data.calibration, samples, options.threads, every_sample ? &reference : nullptr);
-        report.per_layer_samples = samples_in(samples);
+        per_layer_analysis analysis =
+            per_layer_sqnr(float_model, quantizer, converted ? &converted->module : nullptr, data.calibration, evaluation,
+                           options.threads, options.per_layer_samples, &reference);
+        report.per_layer = std::move(analysis.layers);
+        report.per_layer_samples = analysis.samples;
     }
     return report;
 }
@@ -334,9 +345,7 @@ inline quantized_and_measured quantize_keeping_converted(const ::torch::jit::Mod
         detail::measure(model, done.model, conformed, options, done.converted ? &*done.converted : nullptr);
     report.quantize_seconds = seconds;
     if (!quantizer.is_qat()) {
-        std::int64_t samples = 0;
-        for (const batch& inputs : conformed.calibration) samples += inputs.samples();
-        report.samples_per_rank = {samples};  // distributed calibration replaces it with each rank's
+        report.samples_per_rank = {samples_in(conformed.calibration)};  // distributed calibration replaces it with each rank's
     }
     report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
     if (done.training) {

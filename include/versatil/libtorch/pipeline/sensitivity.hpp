@@ -326,12 +326,6 @@ inline std::vector<std::string> analysed_layers(const ::torch::jit::Module& mode
     return layers;
 }
 
-inline std::int64_t samples_in(const std::vector<batch>& batches) {
-    std::int64_t samples = 0;
-    for (const batch& inputs : batches) samples += inputs.samples();
-    return samples;
-}
-
 // quantize_options::per_layer_samples's default: per_layer_budget chooses.
 inline constexpr std::int64_t automatic_per_layer_samples = -1;
 
