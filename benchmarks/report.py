@@ -81,6 +81,9 @@ def record_run(args):
         "os": f"{shell('. /etc/os-release && echo $PRETTY_NAME')} ({platform.release()})",
         "compiler": shell("c++ --version | head -1"),
         "benchmark_library": shell("pkg-config --modversion benchmark") or None,
+        # LibTorch's float linear and convolution call libblas.so.3, whichever Debian alternative
+        # provides it: the reference BLAS is ~20x slower than OpenBLAS (tools/install-deps).
+        "blas": shell("readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3"),
     }
 
 
@@ -114,6 +117,7 @@ def machine_section(run, versatil, peer, compile_data):
         f"| OS | {run['os']} |",
         f"| compiler | {run['compiler']} (release build, `-O3`) |",
         f"| LibTorch / python3-torch | Debian's {peer['torch_version'] if peer else '(peer not run)'}, CPU |",
+        f"| BLAS (float linear, convolution) | `{run.get('blas') or 'not recorded'}` |",
         f"| threads | {threads}, for every latency, training and quantize time |",
         f"| whole run | {run['seconds'] // 60} min {run['seconds'] % 60} s |",
         f"| load average | {' '.join(f'{x:.2f}' for x in run['load_before'])} before, "
