@@ -5,6 +5,8 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/script.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +31,15 @@ std::vector<::torch::jit::Node*> nodes_where(const std::shared_ptr<::torch::jit:
     std::vector<::torch::jit::Node*> found;
     for_each_node(graph->block(), [&](::torch::jit::Node* node) {
         if (matches(node)) found.push_back(node);
+    });
+    return found;
+}
+
+// Whether `graph` has, at any depth, a node of one of `kinds`.
+inline bool has_node_of_kind(const std::shared_ptr<::torch::jit::Graph>& graph, std::initializer_list<c10::Symbol> kinds) {
+    bool found = false;
+    for_each_node(graph->block(), [&](const ::torch::jit::Node* node) {
+        found = found || std::find(kinds.begin(), kinds.end(), node->kind()) != kinds.end();
     });
     return found;
 }
