@@ -223,8 +223,10 @@ TEST_CASE("SQNR with and without cle and bias_correction, where per-tensor weigh
             CHECK(report.quantized_ops == report.quantizable_ops);
             CHECK(*report.quantized_accuracy >= *report.float_accuracy - 0.01);
         }
-    // Per-tensor weights are where equalization matters.
-    CHECK(sqnr["xnnpack:per_tensor,cle"] > sqnr["xnnpack:per_tensor"] + 1.0);
+    // Per-tensor weights are where the two steps matter. cle alone is not pinned here: two
+    // trainings of this model that differ only in BLAS rounding (reference BLAS, OpenBLAS) gave
+    // cle alone +4.1 and +0.1 dB on xnnpack:per_tensor and -0.8 and +7.2 dB on x86_inductor, a
+    // property of the trained weights; cle with bias correction gave +5.8 and +3.9 dB.
     CHECK(sqnr["xnnpack:per_tensor,cle,bias_correction"] > sqnr["xnnpack:per_tensor"] + 1.0);
 }
 
@@ -479,8 +481,11 @@ TEST_CASE("keeping layers in float in the switched model: shared values stay qua
         const double here = switched_sqnr(kept), lowered = lowered_sqnr(kept);
         MESSAGE("kept in float: " << kept.front() << (kept.size() > 1 ? " + " + kept.back() : "") << ": switched " << here
                                   << " dB, lowered " << lowered << " dB");
+        // Where the switched model cannot stand for keeping, its figure may be far off or not,
+        // as the trained weights go: 46.25 lowered against 42.49 switched when written (the
+        // model trained with the reference BLAS), 46.36 against 46.35 with OpenBLAS. So the
+        // analysis quantizes such layers alone rather than reading the switched model.
         if (switched.stands_for_keeping(kept)) CHECK(std::abs(here - lowered) < 0.1);
-        else CHECK(lowered - here > 1.0);  // the grid it cannot follow (46.25 against 42.49 dB when written)
     }
 }
 
