@@ -276,7 +276,11 @@ def render_methods(data):
                        (fmt(reference) if reference is not None else "fails: " + p.get("error", "?")[:60].replace("|", "/")) +
                        f" | {fmt(default.get('sqnr_db'))} | {delta(default.get('sqnr_db'))} | " +
                        (f"{best[1]}, {steps_label(best[2])} | {fmt(best[0])} | {delta(best[0])}" if best else "— | — | —") + " |")
-    lines += [f"Best combination per model and backend ({len(data['rows'])} configurations measured):", ""] + summary + [""]
+    models = list(dict.fromkeys(row["model"] for row in data["rows"]))
+    measured_keys = {(row["model"], row["backend"]) for row in data["rows"]}
+    missing = [f"{m} {b}" for b in ENGINE for m in models if (m, b) not in measured_keys]
+    lines += [f"Best combination per model and backend ({len(data['rows'])} configurations measured" +
+              (f"; not measured: {', '.join(missing)}" if missing else "") + "):", ""] + summary + [""]
     if best_deltas:
         best_median = statistics.median(delta for _, delta in best_deltas)
         below = [d for _, d in best_deltas if d < 0]
