@@ -227,7 +227,7 @@ def render_methods(data):
     from calibration_methods import METHODS, STEPS, fmt, median_line, steps_label
     commands = "; ".join(f"`{c['command']}` ({c['date']}, {c['seconds'] / 60:.0f} min wall, load average "
                          f"{c['load_before']} before, {c['load_after']} after" +
-                         ("" if c["complete"] else ", cut short: its later rows are missing") + ")"
+                         ("" if c["complete"] else ", cut short before its last rows") + ")"
                          for c in data["commands"])
     lines = [METHODS_TITLE, "",
              f"Command{'s' if len(data['commands']) > 1 else ''}: {commands}; on 2 cores, other jobs running beside "
