@@ -818,6 +818,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         import calibration_methods as calibration_methods_benchmark
         lines += calibration_methods_benchmark.render(json.loads(calibration_methods.read_text()), peer, versatil)
+    architecture_methods = root / "benchmarks" / "results" / "architecture_methods.json"
+    if architecture_methods.exists():  # measured by benchmarks/zoo_peer.py --methods, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        from zoo_peer import render_methods
+        lines += render_methods(json.loads(architecture_methods.read_text()))
     scale_out = root / "benchmarks" / "results" / "scale_out.json"
     if scale_out.exists():  # measured by benchmarks/scale_out.py, on its own
         sys.path.insert(0, str(root / "benchmarks"))

@@ -6,10 +6,19 @@ all outputs on the held-out samples, quantize time, batch-1 latency; one thread 
 Where PyTorch fails, the table says so.
 
   zoo_peer.py --cli VERSATIL_QUANTIZE [--only NAMES]
+  zoo_peer.py --cli VERSATIL_QUANTIZE --methods [--only NAMES] [--backends NAMES]
+  zoo_peer.py --render      (the two sections again from their JSON)
 
 Writes benchmarks/results/architectures.json and the "Architectures" section of
 benchmarks/RESULTS.md (report.py renders that section again, with render(), when it rewrites
-the file)."""
+the file).
+
+With --methods, the static rows only, each quantized with every calibration method of the
+issue's target, alone and with the accuracy steps (cle; cle,bias_correction), and PyTorch's
+quantize_jit once per model and backend: benchmarks/results/architecture_methods.json and the
+"Architectures per calibration method" section (render_methods()). The JSON is rewritten after
+each model, so a run cut short keeps what it measured; a run limited by --only / --backends
+replaces those rows and keeps the others, and the JSON lists every command that measured it."""
 import argparse
 import json
 import math
@@ -23,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "architectures.json"
+METHODS_RESULTS = ROOT / "benchmarks" / "results" / "architecture_methods.json"
+METHODS_TITLE = "## Architectures per calibration method"
 ENGINE = {"x86_inductor": "onednn", "xnnpack": "qnnpack"}
 CALIBRATION_ROWS = 32  # as versatil-quantize splits a data file
 
@@ -106,11 +117,16 @@ def peer(model_path, data_path, backend, mode):
             "quantized_ms": latency_ms(quantized, sample), "float_ms": latency_ms(model, sample)}
 
 
-def ours(cli, model_path, data_path, backend, mode, scratch):
+def ours(cli, model_path, data_path, backend, mode, scratch, options=""):
+    """`options`: the target's options beyond the mode, e.g. "calibration=auto,cle"."""
     report = scratch / "report.json"
-    target = f"={backend}" + (":dynamic" if mode == "dynamic" else "")
-    result = subprocess.run([str(cli), "--model", str(model_path), "--data", str(data_path), "--target", target,
-                             "--no-per-layer", "--report", str(report)], capture_output=True, text=True, timeout=900)
+    options = ",".join(o for o in ("dynamic" if mode == "dynamic" else "", options) if o)
+    target = f"={backend}" + (":" + options if options else "")
+    try:
+        result = subprocess.run([str(cli), "--model", str(model_path), "--data", str(data_path), "--target", target,
+                                 "--no-per-layer", "--report", str(report)], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"error": "no result within 900 s"}
     if result.returncode != 0:
         return {"error": (result.stdout + result.stderr).strip().splitlines()[-1][:160]}
     r = json.loads(report.read_text())
@@ -178,8 +194,8 @@ def render(data):
                   "histogram, and versatil's port passes the float bounds, as PyTorch 2.0 does. Checked by hand "
                   "when this section was written, not by each run: with the 1.13 truncation put back (a one-line "
                   "experiment, not kept), versatil's results equalled PyTorch's to the hundredth of a dB (resnext "
-                  "19.96, densenet 18.83, resnet18 19.96, vit 9.44). Choosing the range per tensor by its error "
-                  "is the calibration-methods issue's work."]
+                  "19.96, densenet 18.83, resnet18 19.96, vit 9.44). The other calibration methods and the accuracy "
+                  "steps on the same rows: \"Architectures per calibration method\"."]
     lines += ["",
               "Method: PyTorch's qnnpack default qconfig quantizes every weight per tensor (MinMaxObserver); the "
               "xnnpack backend's configuration quantizes convolution weights per channel, which is where the "
@@ -187,11 +203,12 @@ def render(data):
     return lines + [""]
 
 
-def write_results_section(data):
+def write_results_section(lines):
+    """Puts `lines` (a section, its title first) in RESULTS.md in place of the section of that title."""
     results = ROOT / "benchmarks" / "RESULTS.md"
     text = results.read_text() if results.exists() else "# Benchmarks\n"
-    section = "\n".join(render(data))
-    start = text.find("## Architectures")
+    section = "\n".join(lines)
+    start = text.find(lines[0] + "\n")
     if start == -1:
         text = text.rstrip() + "\n\n" + section
     else:
@@ -200,11 +217,193 @@ def write_results_section(data):
     results.write_text(text.rstrip() + "\n")
 
 
+def method_options(method, steps):
+    """The target options of one sweep combination: "" for the backend default alone."""
+    return ",".join(o for o in ("" if method.endswith("(default)") else "calibration=" + method, steps) if o)
+
+
+def render_methods(data):
+    """The "Architectures per calibration method" section of RESULTS.md, every figure from `data`."""
+    from calibration_methods import METHODS, STEPS, fmt, median_line, steps_label
+    commands = "; ".join(f"`{c['command']}` ({c['date']}, {c['seconds'] / 60:.0f} min wall, load average "
+                         f"{c['load_before']} before, {c['load_after']} after" +
+                         ("" if c["complete"] else ", cut short before its last rows") + ")"
+                         for c in data["commands"])
+    lines = [METHODS_TITLE, "",
+             f"Command{'s' if len(data['commands']) > 1 else ''}: {commands}; on 2 cores, other jobs running beside "
+             "it, so the times are loose. Method: the static rows of \"Architectures\" (same zoo, same files and "
+             "batches, SQNR over all outputs on the 64 held-out samples, `--no-per-layer` so only the quantization is "
+             "timed), each quantized by versatil-quantize with each `calibration=` method (the first column is the "
+             "backend default, the histogram search), alone and with the accuracy steps `cle` and "
+             "`cle,bias_correction` (`--target =x86_inductor:calibration=auto,cle,bias_correction`); PyTorch's "
+             "`quantize_jit` (the engine's default qconfig) once per model and backend in the same run. Δ is "
+             "versatil − PyTorch.", ""]
+    summary = ["| model | backend | SQNR PyTorch | default | Δ default | best (method, accuracy steps) | best | Δ best |",
+               "|---|---|---:|---:|---:|---|---:|---:|"]
+    table = ["| model | backend | accuracy steps | " + " | ".join(METHODS) + " | best (method) | PyTorch |",
+             "|---|---|---|" + "---:|" * len(METHODS) + "---|---:|"]
+    default_deltas, plain_deltas, best_deltas, failed, peer_failed = [], [], [], [], []
+    added = {}  # (method, steps) -> seconds over the default alone, per configuration
+    for row in data["rows"]:
+        where = f"{row['model']} {row['backend']}"
+        runs = {(run["method"], run["accuracy_steps"]): run for run in row["runs"]}
+        p = row["pytorch"]
+        reference = p.get("sqnr_db")
+        if reference is None:
+            peer_failed.append(where)
+        failed += [f"{where} `{run['target']}` ({run['error']})" for run in row["runs"] if "error" in run]
+        measured = [(run["sqnr_db"], run["method"], run["accuracy_steps"]) for run in row["runs"] if "sqnr_db" in run]
+        for steps in STEPS:
+            cells = [runs.get((method, steps), {}) for method in METHODS]
+            best = max(((c["sqnr_db"], m) for c, m in zip(cells, METHODS) if "sqnr_db" in c), default=None)
+            table.append(f"| {row['model']} | {row['backend']} | {steps_label(steps)} | " +
+                         " | ".join(fmt(c.get("sqnr_db")) if c else "—" for c in cells) +
+                         f" | {fmt(best[0]) if best else '—'} ({best[1] if best else '—'}) | {fmt(reference)} |")
+            if steps == "" and best and reference is not None:
+                plain_deltas.append((where, best[0] - reference))
+        default = runs.get((METHODS[0], ""), {})
+        if "quantize_seconds" in default:
+            for key, run in runs.items():
+                if key != (METHODS[0], "") and "quantize_seconds" in run:
+                    added.setdefault(key, []).append(run["quantize_seconds"] - default["quantize_seconds"])
+        best = max(measured, default=None)
+        if best and reference is not None:
+            best_deltas.append((f"{where} ({best[1]}, {steps_label(best[2])})", best[0] - reference))
+        if "sqnr_db" in default and reference is not None:
+            default_deltas.append((where, default["sqnr_db"] - reference))
+        delta = (lambda v: f"{v - reference:+.2f}" if v is not None and reference is not None else "—")
+        summary.append(f"| {row['model']} | {row['backend']} | " +
+                       (fmt(reference) if reference is not None else "fails: " + p.get("error", "?")[:60].replace("|", "/")) +
+                       f" | {fmt(default.get('sqnr_db'))} | {delta(default.get('sqnr_db'))} | " +
+                       (f"{best[1]}, {steps_label(best[2])} | {fmt(best[0])} | {delta(best[0])}" if best else "— | — | —") + " |")
+    models = list(dict.fromkeys(row["model"] for row in data["rows"]))
+    measured_keys = {(row["model"], row["backend"]) for row in data["rows"]}
+    missing = [f"{m} {b}" for b in ENGINE for m in models if (m, b) not in measured_keys]
+    lines += [f"Best combination per model and backend ({len(data['rows'])} configurations measured" +
+              (f"; not measured: {', '.join(missing)}" if missing else "") + "):", ""] + summary + [""]
+    if best_deltas:
+        best_median = statistics.median(delta for _, delta in best_deltas)
+        below = [d for _, d in best_deltas if d < 0]
+        lines += ["Against the issue's target (\"no configuration below PyTorch's SQNR, and the median configuration "
+                  "+3 dB above it, with the best method per model\"), per model and backend, versatil − PyTorch:", "",
+                  "- " + median_line("default alone", default_deltas),
+                  "- " + median_line("best calibration method, no accuracy steps", plain_deltas),
+                  "- " + median_line("best of every method × accuracy steps", best_deltas)]
+        for backend in ENGINE:  # the peer's qconfig differs per engine (qnnpack: per-tensor weights)
+            deltas = [(where, d) for where, d in best_deltas if where.split(" ")[1] == backend]
+            if deltas:
+                lines.append("  - " + median_line(f"{backend} alone", deltas))
+        lines += ["",
+                  "The +3 dB median is " + ("**reached**" if best_median >= 3.0 else "**not reached**") +
+                  f" ({best_median:+.2f} dB) with the best combination per model, and " +
+                  (f"**{len(below)}** configuration{'s are' if len(below) > 1 else ' is'} below PyTorch"
+                   if below else "no configuration is below PyTorch") + "."]
+        if peer_failed:
+            lines.append("Not counted, PyTorch's `quantize_jit` fails on them: " + ", ".join(peer_failed) + ".")
+        lines.append("")
+    if failed:
+        lines += ["versatil fails on: " + "; ".join(failed) + ".", ""]
+    lines += mechanism_lines(data, METHODS)
+    lines += ["Every combination, SQNR dB:", ""] + table + [""]
+    if added:
+        lines += ["Time each combination adds to one quantization (its quantize seconds minus the default's, same model "
+                  "and backend; quantize time includes calibration and the accuracy steps' passes), over the "
+                  f"{len(data['rows'])} configurations; the default alone takes a median "
+                  f"{statistics.median(r['quantize_seconds'] for row in data['rows'] for r in row['runs'] if r['method'] == METHODS[0] and not r['accuracy_steps'] and 'quantize_seconds' in r):.2f} s:", "",
+                  "| accuracy steps | " + " | ".join(METHODS) + " |", "|---|" + "---:|" * len(METHODS)]
+        for steps in STEPS:
+            lines.append(f"| {steps_label(steps)} | " + " | ".join(
+                "—" if (method, steps) not in added else
+                f"{statistics.median(added[method, steps]):+.2f} (max {max(added[method, steps]):+.2f})"
+                for method in METHODS) + " |")
+        lines.append("")
+    return lines
+
+
+def mechanism_lines(data, methods):
+    """Why the combinations gain what they gain: figures from `data`, mechanisms from the code."""
+    def sqnr(row, method, steps):
+        return next((r.get("sqnr_db") for r in row["runs"] if (r["method"], r["accuracy_steps"]) == (method, steps)), None)
+    rows = [row for row in data["rows"] if all(sqnr(row, m, s) is not None for m in methods for s in ("", "cle"))]
+    if not rows:
+        return []
+    cle_inert = [f"{row['model']} {row['backend']}" for row in rows
+                 if all(abs(sqnr(row, m, "cle") - sqnr(row, m, "")) < 0.005 for m in methods)]
+    auto_best = [row for row in rows if sqnr(row, "auto", "") >= max(sqnr(row, m, "") for m in methods) - 0.005]
+    spread = [max(sqnr(row, m, "") for m in methods if m != "entropy") - min(sqnr(row, m, "") for m in methods if m != "entropy")
+              for row in rows]
+    return [f"Where the gains come from, on the {len(rows)} configurations measured. Calibration methods only move "
+            "activation ranges: without accuracy steps, the methods other than entropy differ by a median "
+            f"{statistics.median(spread):.2f} dB per configuration (largest {max(spread):.2f}). `auto` (per tensor, the "
+            f"range with the lowest error on that tensor) is the best of them on {len(auto_best)} of {len(rows)}: the "
+            "lowest error per tensor is not the lowest error at the output. `cle` gives the same SQNR as no step, "
+            f"for every method, on {len(cle_inert)} of them" + (f" ({', '.join(cle_inert)})" if cle_inert else "") +
+            ". Mechanism, read from the code (pipeline/equalize.hpp): CLE links only conv/linear → (relu) → conv/linear "
+            "chains and none through relu6 / hardtanh (a fixed clip: rescaling through it would change the float "
+            "model), and it evens out weight ranges across channels, which per-channel weight scales (x86_inductor's "
+            "and xnnpack's convolutions) already fit. On x86_inductor PyTorch's onednn default qconfig is the same "
+            "scheme as versatil's default (per-channel weights, histogram activations), so the two differ only in the "
+            "ranges chosen; on xnnpack its qnnpack qconfig quantizes weights per tensor, versatil's convolution "
+            "weights per channel.", ""]
+
+
+def sweep(args, zoo, scratch):
+    """Every method × accuracy steps on the static rows; the JSON rewritten after each model."""
+    from calibration_methods import METHODS, STEPS
+    backends = [b for b in ENGINE if not args.backends or b in args.backends.split(",")]
+    keep_others = METHODS_RESULTS.exists() and (args.only or args.backends)
+    data = json.loads(METHODS_RESULTS.read_text()) if keep_others else {"rows": [], "commands": []}
+    record = {"command": "benchmarks/zoo_peer.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "load_before": loadavg(), "complete": False}
+    data["commands"].append(record)
+    started = time.monotonic()
+    entries = json.loads((zoo / "zoo.json").read_text())
+    for backend in backends:  # x86_inductor first: the rows behind PyTorch in "Architectures"
+        for entry in entries:
+            model, data_file = zoo / entry["model"], zoo / entry["data"]
+            runs = []
+            for steps in STEPS:
+                for method in METHODS:
+                    options = method_options(method, steps)
+                    run = ours(args.cli, model, data_file, backend, "static", scratch, options)
+                    runs.append({"method": method, "accuracy_steps": steps,
+                                 "target": f"={backend}" + (":" + options if options else ""), **run})
+            row = {"model": entry["name"], "backend": backend, "pytorch": peer(model, data_file, backend, "static"),
+                   "runs": runs}
+            print(json.dumps(row), flush=True)
+            at = [i for i, r in enumerate(data["rows"]) if (r["model"], r["backend"]) == (row["model"], backend)]
+            if at:
+                data["rows"][at[0]] = row
+            else:
+                data["rows"].append(row)
+            record.update(seconds=round(time.monotonic() - started), load_after=loadavg())
+            METHODS_RESULTS.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    record["complete"] = True
+    METHODS_RESULTS.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    write_results_section(render_methods(data))
+
+
+def loadavg():
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cli", required=True)
+    parser.add_argument("--cli")
     parser.add_argument("--only", default="")
+    parser.add_argument("--render", action="store_true",
+                        help="only render the sections again from the JSON files (no torch, no measurement)")
+    parser.add_argument("--methods", action="store_true",
+                        help="sweep calibration methods x accuracy steps on the static rows (architecture_methods.json)")
+    parser.add_argument("--backends", default="", help="with --methods: x86_inductor, xnnpack or both (default)")
     args = parser.parse_args()
+    if args.render:
+        for path, section in ((RESULTS, render), (METHODS_RESULTS, render_methods)):
+            if path.exists():
+                write_results_section(section(json.loads(path.read_text())))
+        return
+    if not args.cli:
+        parser.error("--cli VERSATIL_QUANTIZE is needed to measure")
     import torch  # Debian's python3-torch; render() above needs none, for report.py
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as scratch_dir:
@@ -212,6 +411,8 @@ def main():
         zoo = scratch / "zoo"
         command = [sys.executable, str(ROOT / "tests" / "zoo" / "make_zoo.py"), str(zoo)]
         subprocess.run(command + (["--only", args.only] if args.only else []), check=True, stdout=subprocess.DEVNULL)
+        if args.methods:
+            return sweep(args, zoo, scratch)
         rows = []
         for entry in json.loads((zoo / "zoo.json").read_text()):
             for backend in ENGINE:
@@ -226,7 +427,7 @@ def main():
             "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    write_results_section(data)
+    write_results_section(render(data))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ std::string parse_error(std::string_view spec) {
 TEST_CASE("every configured policy is in the catalogue once") {
     // x86_inductor and xnnpack: five options make 32 subsets, of which 12 put bias_correction with
     // dynamic or qat (20 configurations each), and each of the 8 static post-training subsets
-    // (neither dynamic nor qat) again with each of the 6 calibration methods; cortex_m: two options.
-    CHECK(builtin_backends.size() == 20 + 20 + 2 * 8 * 6 + 4);
+    // (neither dynamic nor qat) again with each of the 6 calibration methods; cortex_m: two options
+    // (4 subsets), and its 2 static subsets again with each method.
+    CHECK(builtin_backends.size() == 20 + 20 + 2 * 8 * 6 + 4 + 2 * 6);
     for (std::size_t i = 0; i < builtin_backends.size(); ++i)
         for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
             CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
@@ -38,6 +39,9 @@ TEST_CASE("a spec names a backend and its options in any order") {
     CHECK(*parse_backend_spec("cortex_m:per_tensor") == &descriptor_of<CortexM<per_tensor>>);
     CHECK(*parse_backend_spec("cortex_m:qat") == &descriptor_of<CortexM<qat>>);
     CHECK(*parse_backend_spec("cortex_m:per_tensor,qat") == &descriptor_of<CortexM<qat, per_tensor>>);
+    CHECK(*parse_backend_spec("cortex_m:calibration=entropy") == &descriptor_of<CortexM<calibration<calibration_method::entropy>>>);
+    CHECK(*parse_backend_spec("cortex_m:calibration=auto,per_tensor") ==
+          &descriptor_of<CortexM<calibration<calibration_method::automatic>, per_tensor>>);
     // The descriptor carries the policy's real config: options change what happens.
     CHECK((*parse_backend_spec("x86_inductor:reduce_range"))->config.input_activation->quant_max == 127);
     CHECK(*parse_backend_spec("xnnpack:cle,per_tensor") == &descriptor_of<XNNPACK<per_tensor, cle>>);
@@ -53,7 +57,8 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
     CHECK(parse_error("") == "unknown backend '' (known: x86_inductor, xnnpack, cortex_m)");
     // No dynamic cortex_m: the device computes no scale at run time.
     CHECK(parse_error("cortex_m:dynamic") ==
-          "unknown option 'dynamic' for backend 'cortex_m' (cortex_m accepts: qat per_tensor)");
+          "unknown option 'dynamic' for backend 'cortex_m' (cortex_m accepts: qat per_tensor calibration=METHOD)");
+    CHECK(parse_error("cortex_m:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
     CHECK(parse_error("xnnpack:reduce_range") ==
           "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor cle "
           "bias_correction calibration=METHOD)");

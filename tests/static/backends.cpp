@@ -194,6 +194,14 @@ static_assert(options_combine<calibration<cm::entropy>, cle, bias_correction, pe
 static_assert(!options_combine<calibration<cm::entropy>, calibration<cm::minmax>> && !options_combine<dynamic, calibration<cm::minmax>> &&
               !options_combine<qat, calibration<cm::automatic>>);
 static_assert(parse_calibration_method("auto") == cm::automatic && !parse_calibration_method("kl"));
+// cortex_m calibrates on the host like xnnpack (its activation scheme): the same methods, the
+// same default, the same refusals (compile_fail/cortex_m_calibration_qat.cpp).
+static_assert(only_activation_observers_differ<CortexM<calibration<cm::entropy>>, CortexM<>>(observer_kind::histogram_entropy));
+static_assert(only_activation_observers_differ<CortexM<per_tensor, calibration<cm::minmax>>, CortexM<per_tensor>>(
+    observer_kind::min_max));
+static_assert(CortexM<calibration<cm::histogram>>::config == CortexM<>::config);
+static_assert(calibration_of(CortexM<>::config) == cm::histogram && !calibration_of(CortexM<qat>::config));
+static_assert(CortexM<calibration<cm::automatic>, per_tensor>::options == "per_tensor,calibration=auto");
 
 // --- cortex_m: TFLite Micro's int8 scheme (int8 asymmetric activations, int8 symmetric
 // weights -127..127 with zero point 0, int32 biases at input_scale * weight_scale) ----------

@@ -224,6 +224,20 @@ TEST_CASE("per_tensor weights: one scale repeated per output channel") {
     CHECK(std::all_of(scales.begin(), scales.end(), [&](double s) { return s == scales.front(); }));
 }
 
+TEST_CASE("a calibration method chooses cortex_m's activation scales, and the export takes them") {
+    const codegen::integer_graph histogram = extract(quantized("separable", {3, 32, 32}));
+    const codegen::integer_graph minmax = extract(quantized("separable", {3, 32, 32}, {"=cortex_m:calibration=minmax"}));
+    CHECK(kinds(minmax) == kinds(histogram));
+    REQUIRE(minmax.tensors.size() == histogram.tensors.size());
+    // The same weights and data: only the observed ranges differ, so some activation scale does.
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < minmax.tensors.size(); ++i)
+        differ += minmax.tensors[i].scale != histogram.tensors[i].scale;
+    CAPTURE(minmax.tensors.size());
+    CHECK(differ > 0);
+    CHECK(minmax.ops.front().weight_scales == histogram.ops.front().weight_scales);
+}
+
 TEST_CASE("an op firmware cannot run is refused, naming the op and the module") {
     const std::string sigmoid = refusal(quantized("gate", {3, 16, 16}));
     CAPTURE(sigmoid);

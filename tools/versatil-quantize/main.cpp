@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
     app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
     app.add_option("--target", target_texts,
                    "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor, xnnpack or cortex_m, OPT dynamic, qat, "
-                   "reduce_range (x86), per_tensor (xnnpack, cortex_m), cle (cross-layer equalization) or "
+                   "reduce_range (x86), per_tensor (xnnpack, cortex_m), calibration=METHOD (static; METHOD minmax, "
+                   "moving_minmax, histogram, percentile, entropy or auto), cle (cross-layer equalization) or "
                    "bias_correction (static; cle and bias_correction: x86_inductor, xnnpack); PATH=none keeps PATH "
                    "float (default: =x86_inductor, the whole model)");
     app.add_option("--out", out_path, "where to save the quantized TorchScript model");

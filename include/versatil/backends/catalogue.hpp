@@ -73,7 +73,7 @@ using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
 inline constexpr auto builtin_backends =
     detail::concatenate(detail::every_option_subset_and_calibration<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction>,
                         detail::every_option_subset_and_calibration<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction>,
-                        detail::every_option_subset<CortexM, qat, per_tensor>);
+                        detail::every_option_subset_and_calibration<CortexM, qat, per_tensor>);
 
 namespace detail {
 template <template <auto...> class... Policies>

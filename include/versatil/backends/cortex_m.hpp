@@ -1,5 +1,7 @@
 // The Cortex-M backend policy: `CortexM<>`, `CortexM<per_tensor, qat>`. Options: qat,
-// per_tensor (weights are per-channel by default). Runs on microcontrollers (device_type::mcu),
+// per_tensor (weights are per-channel by default), and calibration<METHOD> (core/options.hpp:
+// the activation ranges are chosen on the host, so the firmware runs any method's scales
+// unchanged). Runs on microcontrollers (device_type::mcu),
 // so it composes with no CPU backend; changes no environment variable. The LibTorch layer
 // quantizes for it on the host and exports the model as firmware (versatil-quantize --export).
 #pragma once
@@ -31,8 +33,9 @@ struct CortexM : backend_policy<CortexM<Options...>> {
                   "versatil::CortexM: no 'dynamic' option: dynamic quantization computes activation scales in float "
                   "at run time, and Cortex-M firmware runs integer arithmetic only; quantize statically (calibrate) "
                   "or with qat");
-    using accepted_options = option_list<qat_t, per_tensor_t>;
+    using accepted_options = with_calibration_options<qat_t, per_tensor_t>;
     static_assert(detail::cortex_m_options_are_valid<accepted_options, Options...>());
+    static_assert(options_are_compatible<"CortexM", Options...>);
 
     static constexpr std::string_view name = "cortex_m";
     static constexpr bool is_dynamic = false;
@@ -42,7 +45,8 @@ struct CortexM : backend_policy<CortexM<Options...>> {
     static constexpr std::array<environment_assignment, 0> environment{};
     // The options spelled out: clang 14 rejects reading is_qat & co. here (see X86Inductor).
     static constexpr quantization_config config =
-        cortex_m_config(has_option<qat_t, Options...>, !has_option<per_tensor_t, Options...>);
+        with_calibration(cortex_m_config(has_option<qat_t, Options...>, !has_option<per_tensor_t, Options...>),
+                         calibration_option<Options...>);
     static constexpr std::string_view options = option_names<accepted_options, Options...>;
 };
 
