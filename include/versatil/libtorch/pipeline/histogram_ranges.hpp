@@ -34,9 +34,8 @@ struct histogram_data {
     double max = 0.0;
     double total = 0.0;
 
-    histogram_data(const at::Tensor& histogram, float min_val, float max_val) : min(min_val), max(max_val) {
-        const at::Tensor values = histogram.to(at::kDouble).contiguous();
-        counts.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+    histogram_data(const at::Tensor& histogram, float min_val, float max_val)
+        : counts(histogram_counts(histogram)), min(min_val), max(max_val) {
         for (const double count : counts) total += count;
     }
     [[nodiscard]] std::int64_t bins() const { return static_cast<std::int64_t>(counts.size()); }
