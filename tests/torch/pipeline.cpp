@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <fstream>
+#include <regex>
 
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch.hpp"
@@ -143,6 +144,74 @@ TEST_CASE("the caller's model is never modified") {
     (void)quantize(model, compose({{"", backend("x86_inductor")}}), synthetic_data(), {1, 1, true, false});
     CHECK(fingerprint(model) == before);
     CHECK(model.is_training());
+}
+
+TEST_CASE("convert and lower leave what they are given; handed over, they work on it in place") {
+    const std::vector<batch> calibration = smooth_batches(4, 32, 1);
+    for (const char* name : {"x86_inductor", "xnnpack"}) {
+        CAPTURE(name);
+        const quantization_plan plan = plan_for(compose({{"", backend(name)}}));
+        const auto calibrated = [&] {
+            prepared_model prepared = prepare(mlp(3), plan);
+            calibrate(prepared, calibration, {false});
+            return prepared;
+        };
+        const prepared_model kept = calibrated();
+        const std::string prepared_graph = kept.module.get_method("forward").graph()->toString();
+        const converted_model converted = convert(kept);
+        CHECK(kept.module.get_method("forward").graph()->toString() == prepared_graph);
+        const std::string converted_graph = converted.module.get_method("forward").graph()->toString();
+        const lowered_model lowered = lower(converted);
+        CHECK(converted.module.get_method("forward").graph()->toString() == converted_graph);
+
+        const lowered_model in_place = lower(convert(calibrated()));
+        const engine_scope engine(engine_settings{plan.engine, 1, std::nullopt});
+        ::torch::jit::Module a = lowered.module;
+        ::torch::jit::Module b = in_place.module;
+        CHECK(at::equal(a.forward(calibration.front().arguments()).toTensor(),
+                        b.forward(calibration.front().arguments()).toTensor()));
+    }
+}
+
+namespace {
+
+// A module's forward graph as text, numbered afresh (a copied graph renumbers its values) and
+// without the ___torch_mangle_N that copies of its types carry.
+std::string unmangled_graph(const ::torch::jit::Module& module) {
+    static const std::regex mangle("___torch_mangle_[0-9]+\\.");
+    return std::regex_replace(module.get_method("forward").graph()->copy()->toString(), mangle, "");
+}
+
+}  // namespace
+
+TEST_CASE("batch-norm folding is skipped only where it would copy the model and change nothing") {
+    CHECK(libtorch::detail::has_torch_nn_convolution(resnet_cnn(0)));
+    CHECK(libtorch::detail::has_torch_nn_convolution(small_cnn_mlp(0)));
+    CHECK_FALSE(libtorch::detail::has_torch_nn_convolution(mlp(0)));
+    CHECK_FALSE(libtorch::detail::has_torch_nn_convolution(transformer_encoder(0)));
+    // Without a torch.nn convolution LibTorch's fold returns the same graphs and weights.
+    for (::torch::jit::Module model : {mlp(0), transformer_encoder(0)}) {
+        const ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(model);
+        const auto modules = model.named_modules();
+        const auto folded_modules = folded.named_modules();
+        REQUIRE(modules.size() == folded_modules.size());
+        auto copy = folded_modules.begin();
+        for (const auto& item : modules) {
+            CAPTURE(item.name);
+            CHECK(item.name == (*copy).name);
+            CHECK(unmangled_graph(item.value) == unmangled_graph((*copy).value));
+            const auto parameters = item.value.named_parameters(false);
+            const auto folded_parameters = (*copy).value.named_parameters(false);
+            REQUIRE(parameters.size() == folded_parameters.size());
+            auto folded_parameter = folded_parameters.begin();
+            for (const auto& parameter : parameters) {
+                CHECK(parameter.name == (*folded_parameter).name);
+                CHECK(at::equal(parameter.value, (*folded_parameter).value));
+                ++folded_parameter;
+            }
+            ++copy;
+        }
+    }
 }
 
 TEST_CASE("lowering restores the engine, threads and backend environment, also when it throws") {

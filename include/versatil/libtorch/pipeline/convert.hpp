@@ -7,20 +7,33 @@
 #include <torch/csrc/jit/passes/quantization/insert_quant_dequant.h>
 #include <torch/script.h>
 
+#include <utility>
+
 #include "versatil/libtorch/pipeline/prepare.hpp"
 
 namespace versatil::libtorch {
 
-inline converted_model convert(const prepared_model& prepared) {
-    ::torch::jit::Module observed = prepared.module;
+namespace detail {
+
+inline converted_model convert(prepared_model prepared, bool in_place) {
     try {
-        return {::torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
-                                                 prepared.plan.quant_type),
-                prepared.plan, prepared.adjustments, prepared.float_model};
+        ::torch::jit::Module converted = ::torch::jit::InsertQuantDeQuant(prepared.module, "forward", in_place,
+                                                                          /*debug=*/false, prepared.plan.quant_type);
+        return {std::move(converted), std::move(prepared.plan), std::move(prepared.adjustments),
+                std::move(prepared.float_model)};
     } catch (const std::exception& failure) {
         throw error(error_kind::unsupported_model,
                     "LibTorch cannot insert quantize/dequantize pairs in this model: " + one_line(failure));
     }
 }
+
+}  // namespace detail
+
+// The prepared model stays as it was: InsertQuantDeQuant works on a copy of every weight.
+inline converted_model convert(const prepared_model& prepared) { return detail::convert(prepared, false); }
+
+// A prepared model handed over is converted in place, without that copy (the stages of
+// quantize_model, whose prepared model nothing else reads).
+inline converted_model convert(prepared_model&& prepared) { return detail::convert(std::move(prepared), true); }
 
 }  // namespace versatil::libtorch

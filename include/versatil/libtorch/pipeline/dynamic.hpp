@@ -115,7 +115,7 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
     ::torch::jit::Module clone = model.clone();
     clone.eval();
-    ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+    ::torch::jit::Module folded = detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
     // Equalized after folding, as prepare() does: the cle option holds on this path too.
     std::vector<adjustment> adjustments = equalize_for_targets(folded, plan.quantizer);
     dynamic_detail::preprocess_as_insert_observers(folded);

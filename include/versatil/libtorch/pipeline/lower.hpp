@@ -78,16 +78,29 @@ struct lowering_options {
 
 namespace detail {
 
+// Whether a lowered model runs a quantized convolution (quantized::conv2d, conv2d_relu, ...).
+inline bool runs_quantized_convolution(const ::torch::jit::Module& lowered) {
+    for (const auto& item : lowered.named_modules())
+        for (const auto& graph : method_graphs(item.value.type()))
+            if (!nodes_where(graph, [](const ::torch::jit::Node* node) {
+                     return std::string_view(node->kind().toQualString()).starts_with("quantized::conv");
+                 }).empty())
+                return true;
+    return false;
+}
+
 // One forward on options.sample proves the engine runs the lowered model: some unsupported
-// configurations only fail there. On a deep copy (fresh packed weights): oneDNN's quantized
-// conv keeps the primitive of its first input shape, so a check at the sample's batch size
-// would slow every later call at another one.
+// configurations only fail there. A model with quantized convolutions runs it on a deep copy
+// (fresh packed weights): oneDNN's quantized conv keeps the primitive of its first input shape,
+// so a check at the sample's batch size would slow every later call at another one. The copy
+// repacks every weight, so models without convolutions run the check themselves.
 inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quantization_plan& plan,
                                const lowering_options& options) {
     if (!options.sample) return;
     const ::torch::NoGradGuard no_grad;
     try {
-        lowered.deepcopy().forward(options.sample->arguments());
+        ::torch::jit::Module checked = runs_quantized_convolution(lowered) ? lowered.deepcopy() : lowered;
+        checked.forward(options.sample->arguments());
     } catch (const std::exception& failure) {
         throw error(error_kind::lowering_failed,
                     "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
@@ -96,11 +109,14 @@ inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quanti
 
 }  // namespace detail
 
-inline lowered_model lower(const converted_model& converted, const lowering_options& options = {}) {
+namespace detail {
+
+// Finalize edits the graphs of the module it is given before it freezes a copy of it.
+inline lowered_model lower(const converted_model& converted, bool in_place, const lowering_options& options) {
     const quantization_plan& plan = converted.plan;
     const auto environment = plan.quantizer.environment_context();
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
-    ::torch::jit::Module module = converted.module.clone();
+    ::torch::jit::Module module = in_place ? converted.module : converted.module.clone();
     ::torch::jit::Module lowered;
     std::vector<adjustment> adjustments = converted.adjustments;
     try {
@@ -121,8 +137,20 @@ inline lowered_model lower(const converted_model& converted, const lowering_opti
         throw error(error_kind::lowering_failed,
                     "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
     }
-    detail::check_lowered_runs(lowered, plan, options);
+    check_lowered_runs(lowered, plan, options);
     return {lowered, plan, std::move(adjustments), std::nullopt};
+}
+
+}  // namespace detail
+
+// The converted model stays as it was: lowering works on a copy of every weight.
+inline lowered_model lower(const converted_model& converted, const lowering_options& options = {}) {
+    return detail::lower(converted, false, options);
+}
+
+// A converted model handed over is lowered in place, without that copy.
+inline lowered_model lower(converted_model&& converted, const lowering_options& options = {}) {
+    return detail::lower(converted, true, options);
 }
 
 }  // namespace versatil::libtorch

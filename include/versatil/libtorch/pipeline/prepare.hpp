@@ -30,6 +30,19 @@ namespace versatil::libtorch {
 
 namespace detail {
 
+// Whether LibTorch's FoldConvBatchNorm can change `model`: it folds batch norms into torch.nn
+// convolutions and gives those without a bias a None one (LibTorch 1.13, fold_conv_bn.cpp), on
+// a copy of its own. A model without a torch.nn convolution (an MLP, a transformer) would only
+// pay for that copy of every weight: on this machine ~3 ms for an MLP's 1.3 MB, most of it
+// page faults on the fresh memory.
+inline bool has_torch_nn_convolution(const ::torch::jit::Module& model) {
+    for (const auto& item : model.named_modules()) {
+        const auto name = item.value.type()->name();
+        if (name && name->qualifiedName().find("torch.nn.modules.conv.") != std::string::npos) return true;
+    }
+    return false;
+}
+
 // The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
 // subtree gets its QConfig, an exclude's none, everything outside every target none; linear
 // layers of a target whose engine runs them per-tensor only get that QConfig.
@@ -74,7 +87,8 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         const inference_specialization changes = specialize_for_inference(clone, depth);
         // Batch norm is folded into the convolution before observers (QAT included): what is
         // then trained is exactly what convert quantizes. See qat.hpp.
-        ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(clone);
+        ::torch::jit::Module folded =
+            detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
         // Equalized after folding: the folded weights are what observers see and convert quantizes.
         std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration

@@ -100,10 +100,12 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
         return {std::move(*direct), std::nullopt, std::nullopt};
     prepared_model prepared = prepare(model, plan);
     std::optional<qat_result> training = calibrate_or_train(prepared, data, options);
-    converted_model converted = convert(prepared);
+    // Each stage takes over the model of the one before (no copy of the weights) unless the
+    // per-layer analysis reads the converted model after lowering.
+    converted_model converted = convert(std::move(prepared));
     correct_biases_for_targets(converted, data.calibration);
+    if (training || !options.per_layer) return {lower(std::move(converted), lowering), std::move(training), std::nullopt};
     lowered_model lowered = lower(converted, lowering);
-    if (training) return {std::move(lowered), std::move(training), std::nullopt};
     return {std::move(lowered), std::nullopt, std::move(converted)};
 }
 
