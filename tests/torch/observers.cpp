@@ -263,6 +263,72 @@ TEST_CASE("per_channel_min_max: one range per channel along ch_axis") {
     }
 }
 
+TEST_CASE("a weight's min/max observer skips the parameter while it is unchanged") {
+    using versatil::libtorch::observing_parameters;
+    for (const quantization_spec& spec :
+         {int8_symmetric, per_channel(int8_symmetric, 0, observer_kind::per_channel_min_max)}) {
+        CAPTURE(versatil::to_string(spec.qscheme));
+        torch::Tensor weight = values({-1.0F, 2.0F, 0.5F, 4.0F}).reshape({2, 2});
+        torch::jit::Module observer = observing_parameters(make_observer(spec));
+        feed(observer, weight);
+        // It keeps the very tensor and its version: the next batch's call is skipped.
+        CHECK(observer.attr("observed").toTensor().is_same(weight));
+        const torch::Tensor first_max = observer.attr("max_val").toTensor();
+        feed(observer, weight);
+        CHECK(observer.attr("max_val").toTensor().is_same(first_max));  // the same tensor: nothing recomputed
+        // An in-place write bumps the version: observed again, the range takes it in.
+        weight.mul_(2);
+        feed(observer, weight);
+        CHECK(observer.attr("max_val").toTensor().max().item<float>() == 8.0F);
+        CHECK(observer.attr("min_val").toTensor().min().item<float>() == -2.0F);
+        // A reset forgets the tensor too, so the same weight is observed again after it.
+        observer.run_method("reset_min_max_vals");
+        CHECK(observer.attr("observed").toTensor().numel() == 0);
+        feed(observer, weight);
+        CHECK(observer.attr("max_val").toTensor().max().item<float>() == 8.0F);
+    }
+    SUBCASE("an activation's observer keeps nothing and sees every batch") {
+        torch::jit::Module observer = make_observer(int8_symmetric);
+        const torch::Tensor batch = values({-1.0F, 2.0F});
+        feed(observer, batch);
+        CHECK(observer.attr("observed").toTensor().numel() == 0);
+        batch.mul_(3);  // the same tensor, changed: an activation observer reads it again regardless
+        feed(observer, batch);
+        check_per_tensor(observer, versatil::math::choose_qparams(-3.0F, 6.0F, int8_symmetric));
+    }
+    SUBCASE("other kinds are left as they are") {
+        torch::jit::Module histogram = observing_parameters(make_observer(with_observer(uint8_affine, observer_kind::histogram)));
+        CHECK_FALSE(histogram.hasattr("observes_parameter"));
+    }
+}
+
+TEST_CASE("add_repeatedly: the sum of one addition at a time, in one step where it is the same") {
+    using versatil::libtorch::observer_ops::add_repeatedly;
+    const auto one_at_a_time = [](double sum, double value, std::int64_t times) {
+        for (std::int64_t i = 0; i < times; ++i) sum += value;
+        return sum;
+    };
+    const at::Generator generator = at::detail::createCPUGenerator(7);
+    // Histogram bins as the combine step sums them: integer counts, the float32 fractions that
+    // interpolation leaves, tiny ones beside large sums (where one step would round differently),
+    // and zeros; runs of up to 128 fine bins.
+    const torch::Tensor magnitudes = at::pow(10.0, at::rand({4000}, generator) * 16.0 - 8.0);
+    const torch::Tensor runs = at::randint(0, 129, {4000}, generator);
+    double sum = 0.0;
+    double expected = 0.0;
+    for (std::int64_t i = 0; i < magnitudes.numel(); ++i) {
+        double value = static_cast<double>(static_cast<float>(magnitudes[i].item<double>()));
+        if (i % 3 == 0) value = std::round(value);
+        if (i % 7 == 0) value = 0.0;
+        const std::int64_t times = runs[i].item<std::int64_t>();
+        sum = add_repeatedly(sum, value, times);
+        expected = one_at_a_time(expected, value, times);
+        REQUIRE(sum == expected);
+    }
+    CHECK(add_repeatedly(1.0, std::ldexp(1.0, -60), 100) == 1.0);  // each addition rounds away
+    CHECK(add_repeatedly(std::ldexp(1.0, 53), 1.0, 3) == one_at_a_time(std::ldexp(1.0, 53), 1.0, 3));
+}
+
 TEST_CASE("moving averages: the first batch sets the range, later ones move it") {
     SUBCASE("per tensor, averaging_constant 0.25 (exact in binary)") {
         quantization_spec spec = with_observer(uint8_affine, observer_kind::moving_average_min_max);
@@ -755,6 +821,7 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
             const std::map<std::string, std::string> ported_observers = observers_by_call(ported.module);
             REQUIRE(native_observers.size() == ported_observers.size());
             int compared = 0;
+            int weights = 0;
             for (const auto& [value, path] : native_observers) {
                 CAPTURE(value);
                 REQUIRE(ported_observers.count(value) == 1);
@@ -763,9 +830,16 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
                 require_same_state(native_observer, ported_observer);
                 require_same_qparams(native_observer, ported_observer);
                 ++compared;
+                // Weight observers skipped the unchanged parameter after the first batch; the
+                // ported ones observed it on every batch, to the same state.
+                if (native_observer.hasattr("observes_parameter") && native_observer.attr("observes_parameter").toBool()) {
+                    CHECK(native_observer.attr("observed").toTensor().numel() > 0);
+                    ++weights;
+                }
             }
-            MESSAGE(backend << " " << name << ": " << compared << " observers equal");
+            MESSAGE(backend << " " << name << ": " << compared << " observers equal, " << weights << " of weights");
             CHECK(compared > 0);
+            CHECK(weights > 0);
         }
     }
 }

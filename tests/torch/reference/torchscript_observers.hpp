@@ -238,7 +238,8 @@ inline std::string statistics_source(observer_kind kind) {
     using namespace libtorch::observer_detail;
     std::string source = std::string(qparams_source) + std::string(unobserved_qparams_source);
     if (kind != observer_kind::histogram)
-        source += is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source;
+        source += std::string(is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source) +
+                  std::string(reset_range_source);
     return source + "\ndef forward(self, x_orig: Tensor) -> Tensor:" + body;
 }
 

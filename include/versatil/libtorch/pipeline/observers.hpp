@@ -95,7 +95,7 @@ def _unobserved_qparams(self) -> Tuple[Tensor, Tensor]:
 // What every per-tensor statistic shares: reset (min = inf and max = -inf, so min > max says
 // "unobserved"), and qparams from the running min / max.
 inline constexpr std::string_view per_tensor_range_source = R"JIT(
-def reset_min_max_vals(self):
+def _reset_range(self):
     self.min_val = torch.full([1], float("inf")).reshape([])
     self.max_val = torch.full([1], float("-inf")).reshape([])
 
@@ -106,7 +106,7 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 // What every per-channel statistic shares: reset (empty min/max means nothing observed yet;
 // the channel count comes with the first batch), and qparams from the running min / max.
 inline constexpr std::string_view per_channel_range_source = R"JIT(
-def reset_min_max_vals(self):
+def _reset_range(self):
     self.min_val = torch.zeros([0])
     self.max_val = torch.zeros([0])
 
@@ -114,6 +114,24 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
     if self.min_val.numel() == 0:
         return self._unobserved_qparams()
     return self._choose_qparams(self.min_val, self.max_val)
+)JIT";
+
+// The min / max observers skip a parameter they have seen unchanged
+// (observer_ops::observe_min_max_once_per_version); a reset forgets it, so the next batch
+// observes it again.
+inline constexpr bool skips_seen_parameters(observer_kind kind) {
+    return kind == observer_kind::min_max || kind == observer_kind::per_channel_min_max;
+}
+
+inline constexpr std::string_view reset_range_and_observed_source = R"JIT(
+def reset_min_max_vals(self):
+    self._reset_range()
+    self.observed = torch.zeros([0])
+)JIT";
+
+inline constexpr std::string_view reset_range_source = R"JIT(
+def reset_min_max_vals(self):
+    self._reset_range()
 )JIT";
 
 // The histogram's own reset, and its qparams: PyTorch's L2 range search, then _choose_qparams.
@@ -247,8 +265,10 @@ inline operator_method statistics_method(observer_kind kind, const std::string& 
     if (is_moving_average(kind))
         return {name, "versatil::observe_moving_average", {"x_orig"},
                 {"x_orig", "self.min_val", "self.max_val", axis, "self.averaging_constant"}, {"min_val", "max_val"}};
-    return {name, "versatil::observe_min_max", {"x_orig"}, {"x_orig", "self.min_val", "self.max_val", axis},
-            {"min_val", "max_val"}};
+    return {name, "versatil::observe_min_max", {"x_orig"},
+            {"x_orig", "self.min_val", "self.max_val", axis, "self.observes_parameter", "self.observed",
+             "self.observed_version"},
+            {"min_val", "max_val", "observed", "observed_version"}};
 }
 
 // Defines the methods every observer-like class of `kind` shares: the qparams helpers, the
@@ -269,6 +289,7 @@ inline void define_observer_methods(::torch::jit::Module& module, observer_kind 
                                                                              : histogram_reset_source));
     } else {
         module.define(std::string(is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source));
+        module.define(std::string(skips_seen_parameters(kind) ? reset_range_and_observed_source : reset_range_source));
     }
 }
 
@@ -310,6 +331,12 @@ inline ::torch::jit::Module observer_with_state(const std::string& name, observe
     if (kind != observer_kind::placeholder) {
         observer.register_buffer("min_val", ::torch::zeros({0}));
         observer.register_buffer("max_val", ::torch::zeros({0}));
+    }
+    if (skips_seen_parameters(kind)) {
+        // Attributes, not buffers: `observed` refers to a weight of the model, not to state.
+        observer.register_attribute("observes_parameter", c10::BoolType::get(), false);
+        observer.register_attribute("observed", c10::TensorType::get(), ::torch::zeros({0}));
+        observer.register_attribute("observed_version", c10::TensorType::get(), ::torch::zeros({}, ::torch::kLong));
     }
     return observer;
 }
@@ -410,6 +437,14 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
     observer_detail::write_spec(observer, spec);
     if (is_histogram(spec.observer) && spec.observer != observer_kind::histogram_entropy)
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
+    return observer;
+}
+
+// `observer` (or a fake-quantize module) marked as the observer of a weight, which LibTorch's
+// passes call on the same parameter every batch: a min / max observer then skips it while it is
+// unchanged (observer_ops::observe_min_max_once_per_version); other kinds observe every call.
+inline ::torch::jit::Module observing_parameters(::torch::jit::Module observer) {
+    if (observer.hasattr("observes_parameter")) observer.setattr("observes_parameter", true);
     return observer;
 }
 

@@ -86,11 +86,12 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
                                                  ? detail::as_quint8(*config.input_activation)
                                                  : *config.input_activation;
         const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(activation),
-                                             make_observer_or_fake_quantize(*config.weight)};
+                                             observing_parameters(make_observer_or_fake_quantize(*config.weight))};
         std::optional<::torch::jit::QConfig> per_tensor_linear;
         if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() && is_per_channel(config.weight->qscheme))
             per_tensor_linear = ::torch::jit::QConfig{
-                std::get<0>(standard), make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight))};
+                std::get<0>(standard),
+                observing_parameters(make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight)))};
         plan.qconfigs.emplace(std::string(q.module_path), target_qconfigs{standard, per_tensor_linear});
     }
     return plan;
