@@ -327,6 +327,7 @@ TEST_CASE("add_repeatedly: the sum of one addition at a time, in one step where 
     }
     CHECK(add_repeatedly(1.0, std::ldexp(1.0, -60), 100) == 1.0);  // each addition rounds away
     CHECK(add_repeatedly(std::ldexp(1.0, 53), 1.0, 3) == one_at_a_time(std::ldexp(1.0, 53), 1.0, 3));
+    CHECK(add_repeatedly(1.0, std::numeric_limits<double>::infinity(), 3) == std::numeric_limits<double>::infinity());
 }
 
 TEST_CASE("moving averages: the first batch sets the range, later ones move it") {

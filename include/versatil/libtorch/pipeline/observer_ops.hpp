@@ -236,9 +236,11 @@ inline double add_repeatedly(double sum, double value, std::int64_t times) {
         const auto mantissa = static_cast<std::uint64_t>(std::ldexp(std::frexp(x < 0 ? -x : x, &exponent), 53));
         return exponent - 53 + std::countr_zero(mantissa);
     };
-    const int unit = sum == 0.0 ? lowest_set_bit(value) : std::min(lowest_set_bit(sum), lowest_set_bit(value));
-    const double bound = std::fabs(sum) + std::fabs(value) * static_cast<double>(times);
-    if (std::isfinite(bound) && bound < std::ldexp(1.0, 52 + unit)) return sum + value * static_cast<double>(times);
+    if (std::isfinite(sum) && std::isfinite(value)) {
+        const int unit = sum == 0.0 ? lowest_set_bit(value) : std::min(lowest_set_bit(sum), lowest_set_bit(value));
+        const double bound = std::fabs(sum) + std::fabs(value) * static_cast<double>(times);
+        if (bound < std::ldexp(1.0, 52 + unit)) return sum + value * static_cast<double>(times);
+    }
     for (std::int64_t i = 0; i < times; ++i) sum += value;
     return sum;
 }
