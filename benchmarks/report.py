@@ -123,7 +123,7 @@ def machine_section(run, versatil, peer, compile_data):
         f"| load average | {' '.join(f'{x:.2f}' for x in run['load_before'])} before, "
         f"{' '.join(f'{x:.2f}' for x in run['load_after'])} after (1, 5, 15 min) |",
         "",
-        f"Method: latencies are medians of many runs, quantize times medians of {cfg['quantize_repeats']}, "
+        f"Method: latencies are medians of many runs, quantize times the lowest of {cfg['quantize_repeats']} runs, "
         f"compile times medians of {compile_data['repeats'] if compile_data else '–'}. Other jobs may have run on "
         "the machine during the measurement; the load averages above say how busy it was.",
         "",
@@ -268,8 +268,8 @@ def runtime_sections(versatil, peer):
         "nn.Module (the faster of eager and traced + frozen).", "",
         "Method: both sides time a single forward with the same method (5 warm-up runs, then at least 20 runs and "
         f"0.25 s; the median), repeated {cfg.get('latency_rounds', 1)} times, keeping the lowest median (the "
-        "machine is shared; the quietest round is the closest to the model's own cost). Quantize time: prepare + calibrate + convert (+ lower, for versatil), median of "
-        f"{cfg['quantize_repeats']} runs; the peer's copy of the model is made outside its timing. SQNR: "
+        "machine is shared; the quietest round is the closest to the model's own cost). Quantize time: prepare + calibrate + convert (+ lower, for versatil), the lowest of "
+        f"{cfg['quantize_repeats']} runs (the same work each run: what the shared machine adds, page faults above all, is left out); the peer's copy of the model is made outside its timing. SQNR: "
         "10·log10(Σref² / Σ(ref − q)²) of the logits on the evaluation images against the C++ float model's.",
         ""]
     if peer:
@@ -393,7 +393,7 @@ def phases_section(versatil, peer):
 def scaling_section(versatil, peer):
     lines = ["### Quantize time against depth", "",
              "Method: untrained MLPs (width 128) of L linear layers, static `x86_inductor` (peer: FX with the onednn "
-             "mapping), same calibration batches; median of 3.", "",
+             "mapping), same calibration batches; the lowest of 5.", "",
              "| linear layers | versatil s | peer s | versatil / peer | versatil s per layer |",
              "|---:|---:|---:|---:|---:|"]
     peer_by = {e["linears"]: e["quantize_seconds"] for e in (peer or {}).get("scaling", [])}
