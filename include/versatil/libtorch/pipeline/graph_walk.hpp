@@ -35,13 +35,19 @@ std::vector<::torch::jit::Node*> nodes_where(const std::shared_ptr<::torch::jit:
     return found;
 }
 
+// Whether `graph` has, at any depth, a node for which matches(node) holds.
+template <class Predicate>
+bool has_node_where(const std::shared_ptr<::torch::jit::Graph>& graph, Predicate&& matches) {
+    bool found = false;
+    for_each_node(graph->block(), [&](const ::torch::jit::Node* node) { found = found || matches(node); });
+    return found;
+}
+
 // Whether `graph` has, at any depth, a node of one of `kinds`.
 inline bool has_node_of_kind(const std::shared_ptr<::torch::jit::Graph>& graph, std::initializer_list<c10::Symbol> kinds) {
-    bool found = false;
-    for_each_node(graph->block(), [&](const ::torch::jit::Node* node) {
-        found = found || std::find(kinds.begin(), kinds.end(), node->kind()) != kinds.end();
+    return has_node_where(graph, [&](const ::torch::jit::Node* node) {
+        return std::find(kinds.begin(), kinds.end(), node->kind()) != kinds.end();
     });
-    return found;
 }
 
 // The nodes of a method graph that read an attribute of its own module (`self.name`): the

@@ -80,12 +80,11 @@ namespace detail {
 
 // Whether a lowered model runs a quantized convolution (quantized::conv2d, conv2d_relu, ...).
 inline bool runs_quantized_convolution(const ::torch::jit::Module& lowered) {
-    for (const auto& item : lowered.named_modules())
-        for (const auto& graph : method_graphs(item.value.type()))
-            if (!nodes_where(graph, [](const ::torch::jit::Node* node) {
-                     return std::string_view(node->kind().toQualString()).starts_with("quantized::conv");
-                 }).empty())
-                return true;
+    const auto is_quantized_convolution = [](const ::torch::jit::Node* node) {
+        return std::string_view(node->kind().toQualString()).starts_with("quantized::conv");
+    };
+    for (const auto& graph : all_method_graphs(lowered))
+        if (has_node_where(graph, is_quantized_convolution)) return true;
     return false;
 }
 

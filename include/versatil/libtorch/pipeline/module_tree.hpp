@@ -16,6 +16,13 @@
 
 namespace versatil::libtorch {
 
+namespace detail {
+// Whether the module's class name (mangled or not) contains `part`: "torch.nn.modules.conv.".
+inline bool class_name_contains(const ::torch::jit::Module& module, std::string_view part) {
+    return module.type()->name() && module.type()->name()->qualifiedName().find(part) != std::string::npos;
+}
+}  // namespace detail
+
 inline std::optional<::torch::jit::Module> child_named(const ::torch::jit::Module& module, std::string_view name) {
     for (const auto& child : module.named_children())
         if (child.name == name) return child.value;

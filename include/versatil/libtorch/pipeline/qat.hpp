@@ -15,19 +15,12 @@
 
 #include <chrono>
 #include <string>
-#include <string_view>
 
 #include "versatil/libtorch/pipeline/prepare.hpp"
 #include "versatil/libtorch/pipeline/progress.hpp"
 #include "versatil/libtorch/pipeline/training.hpp"
 
 namespace versatil::libtorch {
-
-namespace detail {
-inline bool class_name_contains(const ::torch::jit::Module& module, std::string_view part) {
-    return module.type()->name() && module.type()->name()->qualifiedName().find(part) != std::string::npos;
-}
-}  // namespace detail
 
 // Stops every fake-quantize module from moving its range; quantization stays simulated.
 inline void freeze_observers(::torch::jit::Module& model) {
