@@ -8,10 +8,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../runtime/environment_helpers.hpp"
@@ -19,6 +24,7 @@
 #include "versatil/backends/catalogue.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/files/save.hpp"
 #include "versatil/libtorch/pipeline/quantize.hpp"
 #include "versatil/libtorch/pipeline/training.hpp"
 
@@ -135,24 +141,100 @@ struct trained_classifier {
     double float_accuracy = 0.0;  // top-1 on the test set
 };
 
+namespace detail {
+
+inline void hash_bytes(std::uint64_t& hash, std::string_view bytes) {  // FNV-1a, 64 bits
+    for (const char c : bytes) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+}
+
+inline std::string file_text(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// What the trained weights depend on: the sources of the library's LibTorch layer (models,
+// training, data loading) and of this file; LibTorch; the BLAS library the alternatives system
+// points at, and the CPU (OpenBLAS picks its kernels by CPU, and it trains other weights than
+// the reference BLAS). Empty when the sources are not where the build saw them.
+inline std::string training_fingerprint() {
+    const std::filesystem::path root = VERSATIL_SOURCE_ROOT;
+    const std::filesystem::path layer = root / "include/versatil/libtorch";
+    const std::filesystem::path helpers = root / "tests/torch/torch_test_helpers.hpp";
+    std::error_code error;
+    if (!std::filesystem::is_directory(layer, error) || !std::filesystem::is_regular_file(helpers, error)) return {};
+    std::vector<std::filesystem::path> sources{helpers};
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(layer))
+        if (entry.is_regular_file()) sources.push_back(entry.path());
+    std::sort(sources.begin(), sources.end());
+    std::uint64_t hash = 0xcbf29ce484222325ULL;
+    for (const auto& source : sources) {
+        hash_bytes(hash, source.lexically_relative(root).string());
+        hash_bytes(hash, file_text(source));
+    }
+    hash_bytes(hash, TORCH_VERSION);
+    const std::filesystem::path blas = std::filesystem::canonical("/usr/lib/x86_64-linux-gnu/libblas.so.3", error);
+    hash_bytes(hash, error ? std::string("no BLAS") : blas.string());
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+        if (line.starts_with("model name")) hash_bytes(hash, line);
+        if (line.starts_with("flags")) {  // the first processor's are every processor's
+            hash_bytes(hash, line);
+            break;
+        }
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    return hex;
+}
+
+// Where a trained model is kept between test processes: under VERSATIL_TEST_CACHE (tools/test
+// sets it), or nowhere.
+inline std::optional<std::filesystem::path> kept_model_file(const std::string& kind) {
+    const char* directory = std::getenv("VERSATIL_TEST_CACHE");
+    if (directory == nullptr || *directory == '\0') return std::nullopt;
+    static const std::string fingerprint = training_fingerprint();
+    if (fingerprint.empty()) return std::nullopt;
+    return std::filesystem::path(directory) / ("fashion-mnist-" + kind + "-" + fingerprint + ".pt");
+}
+
+}  // namespace detail
+
 // Trains once per kind ("cnn": small_cnn_mlp, "mobilenet": mobilenet_cnn, "mlp": mlp of 3 x 128)
-// and process; the tests of a file share it.
+// and process; the tests of a file share it. With VERSATIL_TEST_CACHE set, once per kind and
+// fingerprint (detail::training_fingerprint) for all test processes: each meson test is a
+// process, three files train the same models, and under AddressSanitizer, whose allocator maps
+// every large tensor afresh, one training takes minutes. Training runs on one thread, so on one
+// machine it repeats to the bit: a kept model is the model this process would train.
+// train_classifier itself is tested in training.cpp and run by other tests either way.
 inline const trained_classifier& trained_fashion_mnist(const std::string& kind) {
     static std::map<std::string, trained_classifier> cache;
     if (auto found = cache.find(kind); found != cache.end()) return found->second;
     const libtorch::dataset train = libtorch::load_fashion_mnist(libtorch::fashion_mnist_split::train, 12000);
     const libtorch::dataset test = libtorch::load_fashion_mnist(libtorch::fashion_mnist_split::test, 2000);
-    ::torch::jit::Module model = kind == "mobilenet" ? libtorch::mobilenet_cnn(0)
-                                 : kind == "mlp"     ? libtorch::mlp(0, 128, 3)
-                                                     : libtorch::small_cnn_mlp(0);
-    libtorch::training_options options;
-    options.steps = 400;
-    options.batch_size = 64;
-    options.learning_rate = 2e-3;
-    // One thread, whatever LibTorch's default on the machine, so that on one machine the trained
-    // weights, and the figures measured on them, repeat (another thread count sums in another order).
-    options.num_threads = 1;
-    (void)libtorch::train_classifier(model, train.images, train.labels, options);
+    const std::optional<std::filesystem::path> kept = detail::kept_model_file(kind);
+    std::error_code error;
+    ::torch::jit::Module model;
+    if (kept && std::filesystem::is_regular_file(*kept, error)) {
+        model = ::torch::jit::load(kept->string());
+    } else {
+        model = kind == "mobilenet" ? libtorch::mobilenet_cnn(0)
+                : kind == "mlp"     ? libtorch::mlp(0, 128, 3)
+                                    : libtorch::small_cnn_mlp(0);
+        libtorch::training_options options;
+        options.steps = 400;
+        options.batch_size = 64;
+        options.learning_rate = 2e-3;
+        // One thread, whatever LibTorch's default on the machine, so that on one machine the trained
+        // weights, and the figures measured on them, repeat (another thread count sums in another order).
+        options.num_threads = 1;
+        (void)libtorch::train_classifier(model, train.images, train.labels, options);
+        if (kept) {  // staged and renamed: a process that reads it beside this one sees all or nothing
+            std::filesystem::create_directories(kept->parent_path(), error);
+            libtorch::output_file output(*kept);
+            libtorch::write_module(output, model, {});
+            output.commit();
+        }
+    }
     const double accuracy = libtorch::top1_accuracy(model, test.images, test.labels);
     return cache.emplace(kind, trained_classifier{model, fashion_mnist_data(train, test), accuracy}).first->second;
 }
