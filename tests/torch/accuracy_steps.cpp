@@ -415,6 +415,9 @@ TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 t
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("cnn");
     const runtime_quantizer quantizer = whole_model("xnnpack:per_tensor");
+    // The error paths need a search to its end, not figures: one batch each way is enough.
+    const quantize_data few{{t.data.calibration.front()}, {t.data.evaluation.front()},
+                            t.data.evaluation_labels->slice(0, 0, t.data.evaluation.front().input(0).size(0))};
     const auto failure_of = [&](const accuracy_target& target, const quantize_data& data) -> std::pair<error_kind, std::string> {
         try {
             (void)quantize_to_target(t.model, quantizer, data, target, {.progress = false});
@@ -423,13 +426,13 @@ TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 t
         }
         return {error_kind::invalid_argument, "no error"};
     };
-    const auto [unmet_kind, unmet] = failure_of({.min_sqnr_db = 200.0}, t.data);
+    const auto [unmet_kind, unmet] = failure_of({.min_sqnr_db = 200.0}, few);
     CHECK(unmet_kind == error_kind::accuracy_target_unmet);
     CHECK(unmet.find("SQNR >= 200.00 dB is not met even with ") != std::string::npos);
     CHECK(unmet.find("analysed layers kept in float; the best step reached ") != std::string::npos);
-    const auto [negative_kind, negative] = failure_of({.max_accuracy_drop = -100.0}, t.data);
+    const auto [negative_kind, negative] = failure_of({.max_accuracy_drop = -100.0}, few);
     CHECK(negative_kind == error_kind::accuracy_target_unmet);
-    const quantize_data unlabelled{t.data.calibration, t.data.evaluation, std::nullopt};
+    const quantize_data unlabelled{few.calibration, few.evaluation, std::nullopt};
     const auto [unlabelled_kind, no_labels] = failure_of({.max_accuracy_drop = 1.0}, unlabelled);
     CHECK(unlabelled_kind == error_kind::no_evaluation_data);
     CHECK(no_labels.find("labelled held-out data") != std::string::npos);
