@@ -864,6 +864,8 @@ TEST_CASE("the compiled histc puts every value in ATen's bin") {
         require_same(x, 256, min, max);
         require_same(x, 2048, min * 0.5F, max * 0.25F);  // values outside the range are dropped
         require_same(x, 7, min, max * 2.0F);
+        // A ReLU's output: runs of zeros in one bin, counted across the four sets of counters.
+        require_same(at::relu(x.slice(0, 0, 19999)), 2048, 0.0F, max);
         // Values on the bin edges themselves, where the float division decides.
         const torch::Tensor edges = torch::linspace(min, max, 2049);
         require_same(torch::cat({x, edges, edges.nextafter(edges + 1), edges.nextafter(edges - 1)}), 2048, min, max);

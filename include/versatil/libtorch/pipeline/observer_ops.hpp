@@ -202,10 +202,23 @@ inline at::Tensor histc(const at::Tensor& values, std::int64_t bins, float min, 
     const float* data = contiguous.data_ptr<float>();
     const std::int64_t size = contiguous.numel();
     // Counted exactly in int32 (fewer than 2^24 values); the extra last bin takes the values
-    // outside the grid.
-    std::vector<std::int32_t> counts(static_cast<std::size_t>(bins) + 1, 0);
+    // outside the grid. Four sets of counters, one per value of every four, summed at the end:
+    // with one set, a run of values in one bin (a ReLU's zeros, half of its output) is a chain of
+    // increments of one counter, each waiting for the last. Measured on 800k ReLU outputs into
+    // 2048 bins: 1.43 ns a value with one set, 0.73 with four (Gaussian values: 0.7 either way).
+    constexpr std::size_t sets = 4;
+    const std::size_t stride = static_cast<std::size_t>(bins) + 1;
+    std::vector<std::int32_t> counts(sets * stride, 0);
     const auto count = [&](const std::array<std::int32_t, histc_detail::block>& bins_of_values, std::int64_t n) {
-        for (std::int64_t i = 0; i < n; ++i) ++counts[static_cast<std::size_t>(bins_of_values[static_cast<std::size_t>(i)])];
+        const auto bin = [&](std::int64_t i) { return static_cast<std::size_t>(bins_of_values[static_cast<std::size_t>(i)]); };
+        std::int64_t i = 0;
+        for (; i + static_cast<std::int64_t>(sets) <= n; i += static_cast<std::int64_t>(sets)) {
+            ++counts[bin(i)];
+            ++counts[stride + bin(i + 1)];
+            ++counts[2 * stride + bin(i + 2)];
+            ++counts[3 * stride + bin(i + 3)];
+        }
+        for (; i < n; ++i) ++counts[bin(i)];
     };
     std::array<std::int32_t, histc_detail::block> bins_of_block{};
     std::int64_t start = 0;
@@ -220,7 +233,8 @@ inline at::Tensor histc(const at::Tensor& values, std::int64_t bins, float min, 
     count(bins_of_block, size - start);
     at::Tensor histogram = at::empty({bins}, at::kFloat);
     float* out = histogram.data_ptr<float>();
-    for (std::int64_t b = 0; b < bins; ++b) out[b] = static_cast<float>(counts[static_cast<std::size_t>(b)]);
+    for (std::size_t b = 0; b < static_cast<std::size_t>(bins); ++b)
+        out[b] = static_cast<float>(counts[b] + counts[stride + b] + counts[2 * stride + b] + counts[3 * stride + b]);
     return histogram;
 }
 
