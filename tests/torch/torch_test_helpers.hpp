@@ -12,18 +12,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "../runtime/archive_surgery.hpp"
 #include "../runtime/environment_helpers.hpp"
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/backends/catalogue.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
+#include "versatil/libtorch/files/file_check.hpp"
 #include "versatil/libtorch/files/save.hpp"
 #include "versatil/libtorch/pipeline/quantize.hpp"
 #include "versatil/libtorch/pipeline/training.hpp"
@@ -143,15 +144,6 @@ struct trained_classifier {
 
 namespace detail {
 
-inline void hash_bytes(std::uint64_t& hash, std::string_view bytes) {  // FNV-1a, 64 bits
-    for (const char c : bytes) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
-}
-
-inline std::string file_text(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // What the trained weights depend on: the sources of the library's LibTorch layer (models,
 // training, data loading) and of this file; LibTorch; the BLAS library the alternatives system
 // points at, and the CPU (OpenBLAS picks its kernels by CPU, and it trains other weights than
@@ -166,24 +158,25 @@ inline std::string training_fingerprint() {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(layer))
         if (entry.is_regular_file()) sources.push_back(entry.path());
     std::sort(sources.begin(), sources.end());
-    std::uint64_t hash = 0xcbf29ce484222325ULL;
+    std::uint32_t crc = 0;
+    const auto add = [&crc](std::string_view bytes) { crc = libtorch::detail::crc32_of(bytes.data(), bytes.size(), crc); };
     for (const auto& source : sources) {
-        hash_bytes(hash, source.lexically_relative(root).string());
-        hash_bytes(hash, file_text(source));
+        add(source.lexically_relative(root).string());
+        add(read_bytes(source));
     }
-    hash_bytes(hash, TORCH_VERSION);
+    add(TORCH_VERSION);
     const std::filesystem::path blas = std::filesystem::canonical("/usr/lib/x86_64-linux-gnu/libblas.so.3", error);
-    hash_bytes(hash, error ? std::string("no BLAS") : blas.string());
+    add(error ? std::string("no BLAS") : blas.string());
     std::ifstream cpuinfo("/proc/cpuinfo");
     for (std::string line; std::getline(cpuinfo, line);) {
-        if (line.starts_with("model name")) hash_bytes(hash, line);
+        if (line.starts_with("model name")) add(line);
         if (line.starts_with("flags")) {  // the first processor's are every processor's
-            hash_bytes(hash, line);
+            add(line);
             break;
         }
     }
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(crc));
     return hex;
 }
 
