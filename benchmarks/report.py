@@ -359,7 +359,7 @@ def phases_section(versatil, peer):
              "lower). forward: not a phase, the float model run over the calibration batches (1 thread), which "
              "calibrating cannot take less than. per-layer: the per-layer SQNR analysis `quantize()` runs after by default "
              "(one evaluation pass per layer on the first samples of the evaluation data: at least 128 a layer, about "
-             "one pass in all; for the direct dynamic path it includes the quantization of each layer alone). CLI "
+             "one pass in all; dynamic targets switch each layer on in the direct path's model, packed once). CLI "
              "default / --no-per-layer: `quantize()` with `per_layer` on and off on the same data (calibration and the "
              "test images, as `versatil-quantize --data` runs it, without loading and saving the files), median of 3, "
              "interleaved; every sample: the same with `--per-layer-samples 0`. q / dq: "

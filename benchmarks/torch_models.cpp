@@ -73,8 +73,8 @@ double quantize_seconds(const ::torch::jit::Module& model, const runtime_quantiz
 // One more quantization, timed phase by phase: where the quantize time goes. The direct dynamic
 // path has no prepare, calibrate or convert: its whole time is under "lower". "per_layer" is the
 // per-layer analysis quantize() runs after by default, on the first samples of `evaluation` its
-// budget gives (static: from the converted model; dynamic, and static layers behind a
-// value-changing op: each layer quantized alone). "float_forward" is no phase: the float model
+// budget gives (static: from the converted model, dynamic: from the direct path's; static layers
+// behind a value-changing op: each layer quantized alone). "float_forward" is no phase: the float model
 // run over the calibration batches, what calibrating cannot take less than.
 json phase_seconds(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                    const std::vector<batch>& calibration, const std::vector<batch>& evaluation) {
@@ -296,8 +296,8 @@ int main(int argc, char** argv) {
                     run["quantize_seconds_first"] = report.quantize_seconds;
                     run["quantize_seconds"] = quantize_seconds(model, quantizer, calib_used);
                     run["phases"] = phase_seconds(model, quantizer, calib_used, evaluation);
-                    // The per-layer analysis can fail where the rest does not (transformer_encoder under
-                    // xnnpack:dynamic: LibTorch throws for q_proj quantized alone); recorded, not fatal.
+                    // Should the per-layer analysis fail where the rest does not (it did for
+                    // transformer_encoder under xnnpack:dynamic), that is recorded, not fatal.
                     try {
                         run["cli_seconds"] = cli_seconds(model, quantizer, quantize_data{calib_used, evaluation, test.labels});
                     } catch (const std::exception& failure) {

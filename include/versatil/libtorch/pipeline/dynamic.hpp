@@ -103,6 +103,51 @@ inline void preprocess_as_insert_observers(const ::torch::jit::Module& module) {
     }
 }
 
+// The model as the direct path quantizes it: folded, equalized for the targets with the cle
+// option, preprocessed as InsertObservers preprocesses and frozen as lower() freezes, with the
+// targeted linear ops of its frozen graph; none when one of them is beyond the direct path.
+struct frozen_for_direct_path {
+    ::torch::jit::Module module;
+    std::vector<targeted_linear> linears;
+    std::vector<adjustment> adjustments;
+};
+
+inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torch::jit::Module& model,
+                                                                    const runtime_quantizer& quantizer) {
+    ::torch::jit::Module clone = model.clone();
+    clone.eval();
+    ::torch::jit::Module folded = detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
+    // Equalized after folding, as prepare() does: the cle option holds on this path too.
+    std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
+    preprocess_as_insert_observers(folded);
+    ::torch::jit::Module frozen = ::torch::jit::freeze_module(folded);
+    std::optional<std::vector<targeted_linear>> linears = targeted_linears(frozen.get_method("forward").graph(), quantizer);
+    if (!linears) return std::nullopt;
+    return frozen_for_direct_path{std::move(frozen), std::move(*linears), std::move(adjustments)};
+}
+
+// What Finalize makes of a targeted linear, in two ops inserted at the graph's insertion point:
+// its weight quantized and prepacked (a constant FoldQuantizedPrepackingOps turns into a module
+// attribute), and quantized::linear_dynamic on an input and that packed weight.
+inline ::torch::jit::Value* insert_packed_weight(::torch::jit::Graph& graph, const targeted_linear& linear) {
+    const at::Tensor weight = ::torch::jit::toIValue(linear.node->input(1))->toTensor();
+    return graph.insert(c10::Symbol::fromQualString("quantized::linear_prepack"),
+                        {graph.insertConstant(quantized_weight(weight, linear.weight)), linear.node->input(2)});
+}
+
+inline ::torch::jit::Value* insert_linear_dynamic(::torch::jit::Graph& graph, ::torch::jit::Value* input,
+                                                  ::torch::jit::Value* packed) {
+    // LibTorch 1.13's InsertQuantDeQuant asks for reduce_range on every dynamic activation;
+    // the engines' dynamic linear ops receive it (QNNPACK's ignores it).
+    return graph.insert(c10::Symbol::fromQualString("quantized::linear_dynamic"), {input, packed, graph.insertConstant(true)});
+}
+
+// A failure of LibTorch while packing weights, as lower() reports it.
+inline error lowering_failure(const quantization_plan& plan, const std::exception& failure) {
+    return error(error_kind::lowering_failed,
+                 "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
+}
+
 }  // namespace dynamic_detail
 
 // Dynamic targets quantized directly into the lowered module; none when the model needs the
@@ -113,40 +158,25 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
     check_model_fits(model, plan.quantizer, plan.devices);
     const auto environment = plan.quantizer.environment_context();
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
-    ::torch::jit::Module clone = model.clone();
-    clone.eval();
-    ::torch::jit::Module folded = detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
-    // Equalized after folding, as prepare() does: the cle option holds on this path too.
-    std::vector<adjustment> adjustments = equalize_for_targets(folded, plan.quantizer);
-    dynamic_detail::preprocess_as_insert_observers(folded);
-    ::torch::jit::Module lowered = ::torch::jit::freeze_module(folded);
+    std::optional<dynamic_detail::frozen_for_direct_path> frozen = dynamic_detail::freeze_for_direct_path(model, plan.quantizer);
+    if (!frozen) return std::nullopt;
+    ::torch::jit::Module& lowered = frozen->module;
     const std::shared_ptr<::torch::jit::Graph> graph = lowered.get_method("forward").graph();
-    const std::optional<std::vector<dynamic_detail::targeted_linear>> linears =
-        dynamic_detail::targeted_linears(graph, plan.quantizer);
-    if (!linears) return std::nullopt;
     try {
-        for (const dynamic_detail::targeted_linear& linear : *linears) {
-            ::torch::jit::Node* node = linear.node;
-            const ::torch::jit::WithInsertPoint before(node);
-            const at::Tensor weight = ::torch::jit::toIValue(node->input(1))->toTensor();
-            ::torch::jit::Value* packed =
-                graph->insert(c10::Symbol::fromQualString("quantized::linear_prepack"),
-                              {graph->insertConstant(dynamic_detail::quantized_weight(weight, linear.weight)), node->input(2)});
-            // LibTorch 1.13's InsertQuantDeQuant asks for reduce_range on every dynamic activation;
-            // the engines' dynamic linear ops receive it (QNNPACK's ignores it).
-            ::torch::jit::Value* quantized = graph->insert(c10::Symbol::fromQualString("quantized::linear_dynamic"),
-                                                           {node->input(0), packed, graph->insertConstant(true)});
-            node->output()->replaceAllUsesWith(quantized);
-            node->destroy();
+        for (const dynamic_detail::targeted_linear& linear : frozen->linears) {
+            const ::torch::jit::WithInsertPoint before(linear.node);
+            ::torch::jit::Value* packed = dynamic_detail::insert_packed_weight(*graph, linear);
+            linear.node->output()->replaceAllUsesWith(
+                dynamic_detail::insert_linear_dynamic(*graph, linear.node->input(0), packed));
+            linear.node->destroy();
         }
         ::torch::jit::EliminateDeadCode(graph);
         ::torch::jit::FoldQuantizedPrepackingOps(lowered);
     } catch (const std::exception& failure) {
-        throw error(error_kind::lowering_failed,
-                    "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
+        throw dynamic_detail::lowering_failure(plan, failure);
     }
     detail::check_lowered_runs(lowered, plan, options);
-    return lowered_model{lowered, plan, std::move(adjustments), std::nullopt};
+    return lowered_model{lowered, plan, std::move(frozen->adjustments), std::nullopt};
 }
 
 }  // namespace versatil::libtorch

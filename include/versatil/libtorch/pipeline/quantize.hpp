@@ -14,6 +14,7 @@
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/libtorch/pipeline/convert.hpp"
 #include "versatil/libtorch/pipeline/dynamic.hpp"
+#include "versatil/libtorch/pipeline/dynamic_switches.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/lower.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
@@ -126,10 +127,12 @@ inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runt
 // The per-layer analysis (report.per_layer): output SQNR against the float `model` on
 // `evaluation` with only each layer quantized, worst first. Static targets switch each layer's
 // quantize ops on in `converted`, the model of the one calibration (sensitivity.hpp): one
-// evaluation pass per layer. Where that cannot stand for the layer quantized alone (its input
-// on a grid observed elsewhere, as after average pooling), and for every layer of a dynamic
-// target (no calibration to share: the direct path quantizes a few weights), the layer is
-// quantized alone, calibrated on the first 8 calibration batches as the analysis always did.
+// evaluation pass per layer; dynamic targets switch each layer's linear ops on in the direct
+// path's model (dynamic_switches.hpp), one evaluation pass per layer too. Where that cannot
+// stand for the layer quantized alone (a static layer's input on a grid observed elsewhere, as
+// after average pooling; a dynamic model beyond the direct path, or with the cle option), the
+// layer is quantized alone, calibrated on the first 8 calibration batches as the analysis
+// always did.
 // Each layer is evaluated on the first samples of `evaluation` that `requested_samples` asks
 // for (quantize_options::per_layer_samples); `reference_outputs`, when given, are the float
 // model's on all of `evaluation` (measure() has them), used when every sample is.
@@ -156,12 +159,22 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
         subset.calibration.assign(calibration.begin(),
                                   calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
     std::optional<switchable_quantization> switchable;
+    std::optional<switchable_dynamic_quantization> dynamic_switches;
     if (!quantizer.is_dynamic()) {
         if (!converted) throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
         switchable.emplace(*converted, layers, ::torch::jit::QuantType::STATIC);
+    } else {
+        dynamic_switches = switchable_dynamic_quantization::make(model, plan_for(quantizer), layers);
     }
     std::vector<layer_sqnr> result;
     for (const std::string& layer : layers) {
+        if (dynamic_switches) {
+            const engine_scope engine(engine_settings{dynamic_switches->engine(), threads, std::nullopt});
+            dynamic_switches->quantize_layer(layer, true);
+            result.push_back({layer, compare_outputs(reference, run_batches(dynamic_switches->module(), evaluation)).overall.sqnr_db});
+            dynamic_switches->quantize_layer(layer, false);
+            continue;
+        }
         if (!switchable || !switchable->stands_for_alone(layer)) {
             result.push_back({layer, sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads)});
             continue;
@@ -290,8 +303,8 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
 
     // Per-layer analysis: static targets quantize each layer alone in the converted model of the
-    // one calibration (sensitivity.hpp); dynamic ones need no calibration and are quantized
-    // layer by layer by the direct path. QAT has nothing to start from before training (it would
+    // one calibration (sensitivity.hpp); dynamic ones in the direct path's model, whose weights
+    // are packed once (dynamic_switches.hpp). QAT has nothing to start from before training (it would
     // mean training once per layer), so it is left to post-training runs.
     if (options.per_layer && !quantizer.is_qat()) {
         std::optional<converted_model> own;

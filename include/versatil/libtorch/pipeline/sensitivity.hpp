@@ -165,9 +165,8 @@ public:
                             ::torch::jit::QuantType quant_type)
         : module_(converted.clone()) {
         using namespace sensitivity_detail;
-        // Dynamic targets are analysed by quantizing each layer alone (quantize.hpp): no
-        // calibration to share, and a dynamic op's output stays float, which this model of
-        // quantize ops around an op does not follow.
+        // Dynamic targets have their own switches (dynamic_switches.hpp): a dynamic op's output
+        // stays float, which this model of quantize ops around an op does not follow.
         if (quant_type != ::torch::jit::QuantType::STATIC)
             throw error(error_kind::invalid_argument, "per-layer sensitivity from one calibration is for static targets");
         const std::shared_ptr<::torch::jit::Graph> graph = module_.get_method("forward").graph();
