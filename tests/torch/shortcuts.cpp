@@ -4,7 +4,9 @@
 //     models scripted by Python's torch from torchvision and hand-written modules (the zoo):
 //     the same outputs bit for bit and the same saved module;
 //   - per-layer sensitivity from one calibration (sensitivity.hpp) against one quantization
-//     per layer, on the benchmark models trained on Fashion-MNIST: the same ranking.
+//     per layer, on the benchmark models trained on Fashion-MNIST: the same ranking;
+//   - dynamic targets' per-layer figures from one switched model (dynamic_switches.hpp) against
+//     the direct path's quantization of each layer alone: the same figures.
 #include "doctest_with_torch.hpp"
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
