@@ -281,12 +281,13 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
     versatil::testing::require_fashion_mnist();
     const dataset test = load_fashion_mnist(fashion_mnist_split::test, 256);
     const std::vector<batch> evaluation = split_batches(test.images, 128);
-    const auto sqnr_of = [&](const ::torch::jit::Module& model, const lowered_model& lowered) {
-        return compare_outputs(run_batches(model, evaluation), outputs_on(lowered, evaluation)).overall.sqnr_db;
-    };
     for (const auto build : {+[] { return mlp(0); }, +[] { return transformer_encoder(0); }, +[] { return resnet_cnn(0); },
                              +[] { return mobilenet_cnn(0); }}) {
         const ::torch::jit::Module model = build();
+        const model_outputs reference = run_batches(model, evaluation);
+        const auto sqnr_of = [&](const lowered_model& lowered) {
+            return compare_outputs(reference, outputs_on(lowered, evaluation)).overall.sqnr_db;
+        };
         for (const char* spec : {"x86_inductor:dynamic", "xnnpack:dynamic"}) {
             CAPTURE(spec);
             const runtime_quantizer quantizer = compose({{"", backend(spec)}});
@@ -302,7 +303,7 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
                     CHECK(std::regex_search(layer.name, std::regex(R"(self_attn\.[qkv]_proj$)")));
                     continue;
                 }
-                CHECK(layer.sqnr_db == sqnr_of(model, *alone));
+                CHECK(layer.sqnr_db == sqnr_of(*alone));
             }
             if (analysis.layers.size() != 14) continue;  // the transformer's attention below
             // The three linears reading one input, switched on together, are the three
@@ -318,8 +319,7 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
             REQUIRE(switches.has_value());
             for (const std::string& path : qkv) switches->quantize_layer(path, true);
             const engine_scope engine(engine_settings{switches->engine(), 1, std::nullopt});
-            CHECK(compare_outputs(run_batches(model, evaluation), run_batches(switches->module(), evaluation)).overall.sqnr_db ==
-                  sqnr_of(model, *together));
+            CHECK(compare_outputs(reference, run_batches(switches->module(), evaluation)).overall.sqnr_db == sqnr_of(*together));
         }
     }
     // On QNNPACK the analysis quantized q_proj alone in graph mode, which quantized the shared

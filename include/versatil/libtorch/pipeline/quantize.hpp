@@ -166,22 +166,23 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
     } else {
         dynamic_switches = switchable_dynamic_quantization::make(model, plan_for(quantizer), layers);
     }
+    // Output SQNR of the switched model (static or dynamic) with `layer`'s switches on.
+    const auto switched_on = [&](auto& switches, const std::string& layer) {
+        switches.quantize_layer(layer, true);
+        const double sqnr_db = compare_outputs(reference, run_batches(switches.module(), evaluation)).overall.sqnr_db;
+        switches.quantize_layer(layer, false);
+        return sqnr_db;
+    };
     std::vector<layer_sqnr> result;
     for (const std::string& layer : layers) {
         if (dynamic_switches) {
             const engine_scope engine(engine_settings{dynamic_switches->engine(), threads, std::nullopt});
-            dynamic_switches->quantize_layer(layer, true);
-            result.push_back({layer, compare_outputs(reference, run_batches(dynamic_switches->module(), evaluation)).overall.sqnr_db});
-            dynamic_switches->quantize_layer(layer, false);
-            continue;
-        }
-        if (!switchable || !switchable->stands_for_alone(layer)) {
+            result.push_back({layer, switched_on(*dynamic_switches, layer)});
+        } else if (switchable && switchable->stands_for_alone(layer)) {
+            result.push_back({layer, switched_on(*switchable, layer)});
+        } else {
             result.push_back({layer, sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads)});
-            continue;
         }
-        switchable->quantize_layer(layer, true);
-        result.push_back({layer, compare_outputs(reference, run_batches(switchable->module(), evaluation)).overall.sqnr_db});
-        switchable->quantize_layer(layer, false);
     }
     std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
     return {std::move(result), samples};
