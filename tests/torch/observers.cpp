@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/passes/quantization/insert_quant_dequant.h>
 #include <torch/csrc/jit/passes/quantization/quantization_type.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -874,4 +875,56 @@ TEST_CASE("the compiled histc puts every value in ATen's bin") {
     require_same(torch::tensor({1.0F, 3.0F}), 2048, 0.0F, 0.0F);     // no range given: the data's
     require_same(torch::tensor({1.0F, std::nanf(""), 2.0F, 1.5F}), 16, 1.0F, 2.0F);  // NaN is skipped
     require_same(torch::empty({0}), 16, 0.0F, 0.0F);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+TEST_CASE("histc's AVX2 binning gives every value the bin of the baseline (SSE2) binning") {
+    // histc takes the AVX2 loop where the CPU has it (the test above checks that one against
+    // ATen there); this compares it with the baseline loop other CPUs run, block by block.
+    if (!__builtin_cpu_supports("avx2")) return;
+    namespace histc_detail = versatil::libtorch::observer_ops::histc_detail;
+    constexpr std::int64_t block = histc_detail::block;
+    const at::Generator generator = at::detail::createCPUGenerator(5);
+    const torch::Tensor x = at::randn({block * 6}, generator).contiguous();
+    const auto [low, high] = torch::aminmax(x);
+    const float min = low.item<float>();
+    const float max = high.item<float>();
+    const torch::Tensor edges = torch::linspace(min, max, block);
+    const torch::Tensor special = torch::tensor({std::nanf(""), INFINITY, -INFINITY, min, max, 0.0F, -0.0F});
+    const torch::Tensor all = torch::cat({x, edges, edges.nextafter(edges + 1), edges.nextafter(edges - 1), special,
+                                          torch::zeros({block - special.numel()})});
+    for (const float right : {max, max * 0.5F}) {
+        const histc_detail::grid grid{min, right, 2048.0F, 2048};
+        std::array<std::int32_t, block> baseline{};
+        std::array<std::int32_t, block> avx2{};
+        for (std::int64_t start = 0; start + block <= all.numel(); start += block) {
+            const float* values = all.data_ptr<float>() + start;
+            CAPTURE(start);
+            REQUIRE(histc_detail::bin_block(grid, values, baseline.data()) ==
+                    histc_detail::bin_block_avx2(grid, values, avx2.data()));
+            REQUIRE(baseline == avx2);
+        }
+    }
+}
+#endif
+
+TEST_CASE("the histogram search's bin of a quotient is floor_divide's, also where it meets an integer") {
+    // floor_bin reads the floor off the float quotient where that quotient is no integer and
+    // calls floor_divide (ATen's fmod-based floor division) elsewhere: both sides of that line.
+    using namespace versatil::libtorch::observer_ops;
+    const float last_bin = 255.0F;
+    const at::Generator generator = at::detail::createCPUGenerator(9);
+    const torch::Tensor widths = at::rand({64}, generator) * 0.1 + 1e-4;
+    for (std::int64_t w = 0; w < widths.numel(); ++w) {
+        const float width = widths[w].item<float>();
+        CAPTURE(width);
+        for (int k = -3; k <= 260; ++k) {
+            const float on_edge = static_cast<float>(k) * width;
+            for (const float a : {on_edge, std::nextafter(on_edge, -INFINITY), std::nextafter(on_edge, INFINITY),
+                                  on_edge + 0.5F * width, on_edge + 1e-6F * width}) {
+                CAPTURE(a);
+                REQUIRE(floor_bin(a, width, last_bin) == clamp_bin(floor_divide(a, width), last_bin));
+            }
+        }
+    }
 }

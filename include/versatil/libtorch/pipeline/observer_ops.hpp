@@ -144,6 +144,9 @@ struct grid {
     float bin_count;
     std::int32_t bins;
 
+#if defined(__GNUC__)
+    __attribute__((always_inline))
+#endif
     [[nodiscard]] std::int32_t bin_of(float value) const {
         const std::int32_t inside = static_cast<std::int32_t>(value >= leftmost) & static_cast<std::int32_t>(value <= rightmost);
         const std::int32_t keep = -inside;  // all ones where inside
@@ -159,14 +162,37 @@ struct grid {
 inline constexpr std::int64_t block = 1024;  // values binned at a time: a fixed count the compiler vectorizes at -O2
 
 // Bins every value of a full block into `out`; returns how many values are NaN (then the
-// caller hands the whole input to ATen, which counts NaN its own way).
-inline int full_block_bins(const grid& grid, const float* values, std::array<std::int32_t, block>& out) {
+// caller hands the whole input to ATen, which counts NaN its own way). The grid is a copy and
+// the pointers restrict: the loop vectorizes only when the compiler needs no aliasing check.
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+inline int bin_block(const grid grid, const float* __restrict values, std::int32_t* __restrict out) {
     int nans = 0;
-    for (std::size_t i = 0; i < out.size(); ++i) {
+    for (std::int64_t i = 0; i < block; ++i) {
         nans += static_cast<int>(values[i] != values[i]);
         out[i] = grid.bin_of(values[i]);
     }
     return nans;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+// The same loop compiled for AVX2 (8 values a step, not SSE2's 4), chosen at run time: on the
+// benchmark machine histc takes 0.59 ns a value this way against 0.87 (a ReLU output of 400k
+// values into 2048 bins). The bins are the same: AVX2 brings no fused multiply-add (that is the
+// separate FMA feature), and packed division and truncation round as the scalar ones do.
+__attribute__((target("avx2"))) inline int bin_block_avx2(const grid grid, const float* __restrict values,
+                                                           std::int32_t* __restrict out) {
+    return bin_block(grid, values, out);
+}
+#endif
+
+inline int full_block_bins(const grid& grid, const float* values, std::array<std::int32_t, block>& out) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) return bin_block_avx2(grid, values, out.data());
+#endif
+    return bin_block(grid, values, out.data());
 }
 
 }  // namespace histc_detail
@@ -362,6 +388,19 @@ inline float clamp_bin(float value, float last_bin) {
     return value > last_bin ? last_bin : value;
 }
 
+// clamp_bin(floor_divide(a, b)) for b > 0, with floor_divide's fmod only where it can matter.
+// floor_divide gives the floor of the exact quotient. Rounding is monotonic and every integer
+// up to 2^24 is a float, so a quotient strictly between two integers rounds to a float between
+// or onto them: where the rounded quotient q is no integer, floor(q) is that floor. Only a q
+// on an integer (a bin edge on a destination edge, or any q from 2^24 up) takes floor_divide
+// itself. The search's per-bin errors were ~70 % fmod before.
+inline float floor_bin(float a, float b, float last_bin) {
+    const float q = a / b;
+    const float below = std::floor(q);
+    if (below != q) return clamp_bin(below, last_bin);
+    return clamp_bin(floor_divide(a, b), last_bin);
+}
+
 // density * integral of x^2 from delta_begin to delta_end (_get_norm), in float32.
 inline float cube_norm(float delta_begin, float delta_end, float density) {
     const float end_cube = rounded(rounded(delta_end * delta_end) * delta_end);
@@ -396,12 +435,21 @@ struct histogram_search {
         const float middle_begin_cube = rounded(rounded(minus_half * minus_half) * minus_half);
         const float middle = (middle_cube - middle_begin_cube) / 3.0F;
         float* norm = norms.data_ptr<float>();
+        // An empty bin's error is density 0 times finite terms: +0 once summed into `value`
+        // (0 + -0 is +0). Skipped, unless a term could be infinite (0 * inf is NaN in PyTorch):
+        // every delta is within the histogram's span plus a destination bin, cubed below.
+        const double reach = bin_width * static_cast<double>(bins + 1) + dst_bin_width;
+        const bool empty_bins_are_zero = reach * reach * reach < 0x1p100;
         for (std::int64_t i = 0; i < bins; ++i) {
+            if (empty_bins_are_zero && histogram[i] == 0.0F) {
+                norm[i] = 0.0F;
+                continue;
+            }
             const float src_bin_begin = rounded(static_cast<float>(i - next_start_bin) * bin_width_f);
             const float src_bin_end = src_bin_begin + bin_width_f;
-            const float dst_bin_of_begin = clamp_bin(floor_divide(src_bin_begin, dst_bin_width_f), last_bin);
+            const float dst_bin_of_begin = floor_bin(src_bin_begin, dst_bin_width_f, last_bin);
             const float dst_bin_of_begin_center = (dst_bin_of_begin + 0.5F) * dst_bin_width_f;
-            const float dst_bin_of_end = clamp_bin(floor_divide(src_bin_end, dst_bin_width_f), last_bin);
+            const float dst_bin_of_end = floor_bin(src_bin_end, dst_bin_width_f, last_bin);
             const float density = histogram[i] / bin_width_f;
             float value = 0.0F + cube_norm(src_bin_begin - dst_bin_of_begin_center, half_dst_f, density);
             value = value + rounded((dst_bin_of_end - dst_bin_of_begin - 1.0F) * rounded(density * middle));
