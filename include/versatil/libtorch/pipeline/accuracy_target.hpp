@@ -17,10 +17,12 @@
 // ranking, followed before) is not its gain once others are float: on the trained Fashion-MNIST
 // CNN at 46.25 dB that ranking kept 3 layers where the greedy search keeps 2.
 //
-// Dynamic targets have no calibration, so no converted model to switch: they keep layers in the
-// per-layer analysis's order (the layer whose quantization alone costs the most output SQNR
-// first). A target that no step meets, even with every analysed layer but one in float, is an
-// error: nothing is returned, so the CLI writes nothing.
+// Dynamic targets rate candidates the same way on the direct path's model with every targeted
+// linear op behind a switch (dynamic_switches.hpp), which stands for every choice of layers
+// kept. Where the direct path does not cover the model (or a target has the cle option), they
+// keep layers in the per-layer analysis's order (the layer whose quantization alone costs the
+// most output SQNR first). A target that no step meets, even with every analysed layer but one
+// in float, is an error: nothing is returned, so the CLI writes nothing.
 #pragma once
 
 #include <algorithm>
@@ -90,25 +92,32 @@ inline double margin(const accuracy_target& target, double sqnr_db, std::optiona
     return smallest;
 }
 
-// The greedy search's rating of candidates: the float model's outputs, and the full
-// quantization's converted model to keep layers in float in.
+// A step's layer, with its quantization when the rating quantized for it.
+struct greedy_choice {
+    std::string layer;
+    std::optional<quantization_result> quantized;  // when it was rated by quantizing
+};
+
+// The greedy search's rating of candidates: the float model's outputs, and a model whose
+// quantization switches by layer to keep layers in float in: the full quantization's converted
+// model (switchable_quantization) for static targets, the direct path's model
+// (switchable_dynamic_quantization) for dynamic ones.
+template <class Switches>
 struct greedy_rating {
-    switchable_quantization switchable;
+    Switches switchable;
     std::vector<batch> evaluation;
     model_outputs reference;
     std::optional<at::Tensor> labels;  // held-out labels, for a top-1 target
     std::optional<double> float_accuracy;
     engine_settings engine;
 
-    struct choice {
-        std::string layer;
-        std::optional<quantization_result> quantized;  // when it was rated by quantizing
-    };
+    using choice = greedy_choice;
 
     // Of `candidates`, the one that, kept in float with `kept`, leaves the model closest to
     // `target` (the larger SQNR between equal margins, the earlier candidate between equal
     // SQNRs). One evaluation pass of the switched model each; where the switched model cannot
-    // stand for the quantized one (stands_for_keeping), `quantize_keeping` quantizes for real.
+    // stand for the quantized one (stands_for_keeping), `quantize_keeping` quantizes for real,
+    // and a candidate whose quantization the engine cannot run is none. No layer when none is.
     template <class QuantizeKeeping>
     choice best(const std::vector<std::string>& kept, const std::vector<std::string>& candidates,
                 const accuracy_target& target, const QuantizeKeeping& quantize_keeping) {
@@ -128,7 +137,16 @@ struct greedy_rating {
                 sqnr = compare_outputs(reference, outputs).overall.sqnr_db;
                 if (target.max_accuracy_drop && labels) accuracy = top1_accuracy(outputs, *labels);
             } else {
-                quantized = quantize_keeping(trial);
+                try {
+                    quantized = quantize_keeping(trial);
+                } catch (const error& failure) {
+                    // The engine cannot run the model with this layer kept (QNNPACK, given a
+                    // dynamic q_proj kept beside quantized k_proj and v_proj): no candidate.
+                    if (failure.kind() != error_kind::lowering_failed) throw;
+                    continue;
+                } catch (const c10::Error&) {
+                    continue;  // the same, found when measuring rather than at lowering's check
+                }
                 sqnr = quantized->report.sqnr_db;
                 accuracy = quantized->report.quantized_accuracy;
             }
@@ -169,23 +187,37 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
     std::vector<std::string> candidates;
     for (const layer_sqnr& layer : ranking) candidates.push_back(layer.name);
 
-    // Static targets: the greedy search's rating, on the data the report measures on.
-    std::optional<detail::greedy_rating> rating;
-    if (!steps.back().met && full.converted && !quantizer.is_dynamic()) {
+    // The greedy search's rating, on the data the report measures on: static targets switch the
+    // converted model, dynamic ones the direct path's.
+    std::optional<detail::greedy_rating<switchable_quantization>> static_rating;
+    std::optional<detail::greedy_rating<switchable_dynamic_quantization>> dynamic_rating;
+    if (!steps.back().met) {
         const std::lock_guard serialized(detail::libtorch_state_mutex());
-        const bool held_out = !data.evaluation.empty();
-        std::vector<batch> evaluation = held_out ? data.evaluation : data.calibration;
-        std::vector<adjustment> notes;  // the report already has them
-        detail::conform_input_types(model, evaluation, "evaluation data", notes);
-        ::torch::jit::Module float_model = model.clone();
-        float_model.eval();
-        const engine_settings engine{result.model.plan.engine, options.threads, std::nullopt};
-        const engine_scope scope(engine);
-        model_outputs reference = run_batches(float_model, evaluation);
-        rating.emplace(detail::greedy_rating{
-            switchable_quantization(full.converted->module, candidates, ::torch::jit::QuantType::STATIC),
-            std::move(evaluation), std::move(reference),
-            held_out ? data.evaluation_labels : std::nullopt, result.report.float_accuracy, engine});
+        std::optional<switchable_quantization> static_switches;
+        std::optional<switchable_dynamic_quantization> dynamic_switches;
+        if (!quantizer.is_dynamic() && full.converted)
+            static_switches.emplace(full.converted->module, candidates, ::torch::jit::QuantType::STATIC);
+        if (quantizer.is_dynamic()) dynamic_switches = switchable_dynamic_quantization::make(model, result.model.plan, candidates);
+        if (static_switches || dynamic_switches) {
+            const bool held_out = !data.evaluation.empty();
+            std::vector<batch> evaluation = held_out ? data.evaluation : data.calibration;
+            std::vector<adjustment> notes;  // the report already has them
+            detail::conform_input_types(model, evaluation, "evaluation data", notes);
+            ::torch::jit::Module float_model = model.clone();
+            float_model.eval();
+            const engine_settings engine{result.model.plan.engine, options.threads, std::nullopt};
+            const engine_scope scope(engine);
+            model_outputs reference = run_batches(float_model, evaluation);
+            std::optional<at::Tensor> labels = held_out ? data.evaluation_labels : std::nullopt;
+            if (static_switches)
+                static_rating.emplace(detail::greedy_rating<switchable_quantization>{
+                    std::move(*static_switches), std::move(evaluation), std::move(reference), std::move(labels),
+                    result.report.float_accuracy, engine});
+            else
+                dynamic_rating.emplace(detail::greedy_rating<switchable_dynamic_quantization>{
+                    std::move(*dynamic_switches), std::move(evaluation), std::move(reference), std::move(labels),
+                    result.report.float_accuracy, engine});
+        }
     }
     full.converted.reset();
 
@@ -198,8 +230,11 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
         return quantize(model, detail::keeping_in_float(quantizer, layers), data, step_options);
     };
     while (!steps.back().met && kept.size() + 1 < ranking.size()) {
-        detail::greedy_rating::choice next =
-            rating ? rating->best(kept, candidates, target, quantize_keeping) : detail::greedy_rating::choice{candidates.front(), std::nullopt};
+        detail::greedy_choice next =
+            static_rating    ? static_rating->best(kept, candidates, target, quantize_keeping)
+            : dynamic_rating ? dynamic_rating->best(kept, candidates, target, quantize_keeping)
+                             : detail::greedy_choice{candidates.front(), std::nullopt};
+        if (next.layer.empty()) break;  // no candidate left that the engine can run
         kept.push_back(next.layer);
         candidates.erase(std::find(candidates.begin(), candidates.end(), next.layer));
         quantization_result step = next.quantized ? std::move(*next.quantized) : quantize_keeping(kept);

@@ -16,6 +16,7 @@
 
 #include <torch/script.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <set>
@@ -59,19 +60,46 @@ public:
             if (sensitivity_detail::inside(linear.path, layer)) module_.setattr(linear.name, on);
     }
 
+    // The model as quantized with `kept` in float (the accuracy target's greedy search): every
+    // targeted linear op quantized but those of the kept layers. Sets every switch, whatever
+    // quantize_layer set before.
+    void keep_in_float(const std::vector<std::string>& kept) {
+        for (const std::string& layer : kept) check_analysed(layer);
+        for (const linear_switch& linear : switches_) module_.setattr(linear.name, !in_float(linear, kept));
+    }
+
+    // Whether keep_in_float(kept) gives what quantizing with `kept` in float gives. Each op is
+    // quantized on its own packed weight and its input's range at run time, so which others are
+    // quantized changes nothing of it, but for one case: a kept linear op that reads the input of
+    // a quantized one (q_proj kept, k_proj and v_proj not). The direct path then gives way to
+    // graph mode, which quantizes that shared input for the kept op too (dynamic.hpp), and on
+    // QNNPACK cannot run the result at all.
+    [[nodiscard]] bool stands_for_keeping(const std::vector<std::string>& kept) const {
+        for (const linear_switch& linear : switches_)
+            if (in_float(linear, kept))
+                for (const linear_switch& other : switches_)
+                    if (other.input == linear.input && !in_float(other, kept)) return false;
+        return true;
+    }
+
     const ::torch::jit::Module& module() const { return module_; }
     at::QEngine engine() const { return engine_; }
 
 private:
     struct linear_switch {
-        std::string name;  // the module's bool attribute
-        std::string path;  // the module whose code calls the op
+        std::string name;                   // the module's bool attribute
+        std::string path;                   // the module whose code calls the op
+        const ::torch::jit::Value* input;   // what it reads, shared by q, k and v projections
     };
 
     ::torch::jit::Module module_;
     at::QEngine engine_;
     std::set<std::string, std::less<>> layers_;  // the analysed layers
     std::vector<linear_switch> switches_;
+
+    static bool in_float(const linear_switch& linear, const std::vector<std::string>& kept) {
+        return std::ranges::any_of(kept, [&](const std::string& layer) { return sensitivity_detail::inside(linear.path, layer); });
+    }
 
     void check_analysed(const std::string& layer) const {
         if (!layers_.contains(layer))
@@ -91,7 +119,7 @@ private:
             ::torch::jit::Node* node = linear.node;
             const std::string name = "_quantize_" + std::to_string(switches_.size());
             module_.register_attribute(name, c10::BoolType::get(), false);
-            switches_.push_back({name, sensitivity_detail::module_path_of(node)});
+            switches_.push_back({name, sensitivity_detail::module_path_of(node), node->input(0)});
             const ::torch::jit::WithInsertPoint before(node);
             ::torch::jit::Value* packed = dynamic_detail::insert_packed_weight(*graph, linear);
             ::torch::jit::Node* choice = graph->insertNode(graph->create(c10::prim::If, {graph->insertGetAttr(self, name)}, 1));
