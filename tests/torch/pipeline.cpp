@@ -407,3 +407,53 @@ TEST_CASE("LibTorch messages shrink to the line that says something") {
     CHECK(libtorch::detail::first_line("The following operation failed in the TorchScript interpreter.\nTraceback:\n  x\n"
                      "RuntimeError: expected scalar type Float\n") == "RuntimeError: expected scalar type Float");
 }
+
+TEST_CASE("calls to parameterless leaf modules are inlined before observers, with the same lowered model to the bit") {
+    // prepare() inlines them (leaf_calls.hpp) to spare InsertObservers a preprocess per call;
+    // here each model is also prepared the way it was before, without that step, and both are
+    // calibrated, converted and lowered alike: the outputs must be equal, not close.
+    versatil::testing::require_fashion_mnist();
+    const dataset images = load_fashion_mnist(fashion_mnist_split::train, 256);
+    const std::vector<batch> calibration = split_batches(images.images.slice(0, 0, 128), 32);
+    const std::vector<batch> evaluation = split_batches(images.images.slice(0, 128, 256), 64);
+    for (const std::string spec : {"x86_inductor", "xnnpack"}) {
+        for (const auto& [name, model] : std::vector<std::pair<std::string, ::torch::jit::Module>>{
+                 {"resnet_cnn", resnet_cnn(0)}, {"mobilenet_cnn", mobilenet_cnn(0)}}) {
+            CAPTURE(spec);
+            CAPTURE(name);
+            const quantization_plan plan = plan_for(versatil::testing::whole_model(spec));
+            ::torch::jit::Module folded = ::torch::jit::FoldConvBatchNorm(model.clone());
+            folded.eval();
+            reset_parameters(folded, false);
+            std::vector<adjustment> adjustments;
+            const ::torch::jit::QConfigDict dict = libtorch::detail::qconfig_dict(folded, plan, adjustments);
+            split_shared_types(folded, dict);
+            ::torch::jit::Module with_calls = folded.clone();
+            CHECK(inline_parameterless_leaf_calls(folded, dict) > 0);
+
+            prepared_model before{model, plan, {}, std::nullopt};
+            before.module = ::torch::jit::InsertObservers(with_calls, "forward", dict, true, plan.quant_type);
+            prepared_model inlined = prepare(model, plan);
+            std::vector<model_outputs> outputs;
+            for (prepared_model* prepared : {&before, &inlined}) {
+                calibrate(*prepared, calibration, {false});
+                const lowered_model lowered = lower(convert(std::move(*prepared)));
+                outputs.push_back(run_batches(lowered.module, evaluation));
+            }
+            REQUIRE(outputs[0].tensors.size() == outputs[1].tensors.size());
+            for (std::size_t i = 0; i < outputs[0].tensors.size(); ++i) CHECK(at::equal(outputs[0].tensors[i], outputs[1].tensors[i]));
+        }
+    }
+    // A leaf whose path has a QConfig of its own (excluded here) keeps its call.
+    ::torch::jit::Module model = mobilenet_cnn(0);
+    std::string relu;
+    for (const auto& item : model.named_modules())
+        if (relu.empty() && libtorch::detail::class_name_contains(item.value, "ReLU")) relu = item.name;
+    REQUIRE_FALSE(relu.empty());
+    ::torch::jit::QConfigDict dict;
+    ::torch::jit::Module plain = model.clone();
+    ::torch::jit::Module excluded = model.clone();
+    const int all = inline_parameterless_leaf_calls(plain, dict);
+    dict[relu] = c10::nullopt;
+    CHECK(inline_parameterless_leaf_calls(excluded, dict) == all - 1);
+}

@@ -1,8 +1,9 @@
 // prepare: a clone of the model with observers where its targets' backend configs say.
 // Conv + batch-norm pairs are folded first (the fold LibTorch's graph passes recognise), then
-// LibTorch's InsertObservers places one observer per quantized value, configured per module
-// path from the plan (plan.hpp): each target's subtree gets its backend's QConfig, an
-// Exclude's subtree none, everything outside every target none. Targets with the cle option
+// LibTorch's InsertObservers places one observer per quantized value (calls to parameterless
+// leaf modules inlined first, leaf_calls.hpp), configured per module path from the plan
+// (plan.hpp): each target's subtree gets its backend's QConfig, an Exclude's subtree none,
+// everything outside every target none. Targets with the cle option
 // have their layer chains equalized between the two (equalize.hpp); where a target corrects
 // biases, the float model observed is kept for it (bias_correction.hpp).
 #pragma once
@@ -20,6 +21,7 @@
 #include "versatil/libtorch/pipeline/bias_correction.hpp"
 #include "versatil/libtorch/pipeline/equalize.hpp"
 #include "versatil/libtorch/pipeline/inference_graph.hpp"
+#include "versatil/libtorch/pipeline/leaf_calls.hpp"
 #include "versatil/libtorch/pipeline/lowering.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/pipeline/module_tree.hpp"
@@ -94,6 +96,9 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         split_shared_types(folded, dict);
         // InsertObservers edits `folded` in place: bias correction's float model is a copy.
         if (corrects_biases(quantizer)) prepared.float_model = folded.clone();
+        // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
+        // as they are: what it trains is the model the user wrote.
+        if (!quantizer.is_qat()) inline_parameterless_leaf_calls(folded, dict);
         try {
             prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, plan.quant_type);
         } catch (const std::exception& failure) {
