@@ -50,14 +50,13 @@ inline std::vector<std::pair<::torch::jit::Node*, std::string>> child_forward_ca
 // own). Returns how many calls were inlined. Call it on a clone.
 inline int inline_parameterless_leaf_calls(::torch::jit::Module& model, const ::torch::jit::QConfigDict& dict) {
     using call_site = std::pair<const ::torch::jit::Graph*, std::string>;  // a graph and the child it calls
-    std::set<call_site> kept, eligible;
+    std::set<call_site> kept;  // a site any instance must keep
     for (const auto& item : model.named_modules())
         for (const ::torch::jit::Method& method : item.value.get_methods())
             for (const auto& [call, child] : detail::child_forward_calls(method.graph())) {
                 const std::string path = item.name.empty() ? child : item.name + "." + child;
-                const call_site site{method.graph().get(), child};
-                if (dict.count(path) || !detail::is_parameterless_leaf(item.value.attr(child).toModule())) kept.insert(site);
-                else eligible.insert(site);
+                if (dict.count(path) || !detail::is_parameterless_leaf(item.value.attr(child).toModule()))
+                    kept.insert({method.graph().get(), child});
             }
     int inlined = 0;
     std::set<const ::torch::jit::Graph*> done;
@@ -66,8 +65,7 @@ inline int inline_parameterless_leaf_calls(::torch::jit::Module& model, const ::
             const std::shared_ptr<::torch::jit::Graph> graph = method.graph();
             if (!done.insert(graph.get()).second) continue;
             for (const auto& [call, child] : detail::child_forward_calls(graph)) {
-                const call_site site{graph.get(), child};
-                if (kept.count(site) || !eligible.count(site)) continue;
+                if (kept.count({graph.get(), child})) continue;
                 ::torch::jit::Function& forward = item.value.attr(child).toModule().type()->getMethod("forward");
                 ::torch::jit::inlineCallTo(call, &::torch::jit::toGraphFunction(forward));
                 ++inlined;
