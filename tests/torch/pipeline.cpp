@@ -242,6 +242,39 @@ TEST_CASE("lowering restores the engine, threads and backend environment, also w
     at::globalContext().setQEngine(at::QEngine::ONEDNN);
 }
 
+namespace {
+// A model written for one batch size, as exported or hand-tuned models often are: its forward
+// reshapes to 8 rows.
+::torch::jit::Module fixed_batch_model() {
+    ::torch::jit::Module model("__torch__.versatil.tests.FixedBatch");
+    model.register_module("conv", conv2d(1, 4, 3, 1));
+    model.register_module("fc", linear(4 * 26 * 26, 10, 2));
+    model.define(R"(
+def forward(self, x):
+    return self.fc.forward(self.conv.forward(x).reshape(8, 2704))
+)");
+    model.eval();
+    return model;
+}
+}  // namespace
+
+TEST_CASE("the lowered model is checked on one sample, or on the whole batch when it cannot take one") {
+    prepared_model prepared = prepare(fixed_batch_model(), compose({{"", backend("x86_inductor")}}));
+    calibrate(prepared, smooth_batches(2, 8, 3));
+    const converted_model converted = convert(prepared);
+    // One sample cannot go through reshape(8, 2704): the check falls back on the whole batch.
+    const lowered_model lowered = lower(converted, {smooth_batches(1, 8, 4)[0], 1});
+    CHECK(count_kind(lowered.module, "quantized::conv2d") == 1);
+    // A batch of 4 fails whole too: that failure is the one reported.
+    try {
+        (void)lower(converted, {smooth_batches(1, 4, 4)[0], 1});
+        FAIL("a batch the model cannot take must fail the check");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::lowering_failed);
+        CHECK(std::string(failure.what()).find("shape '[8, 2704]' is invalid for input of size 10816") != std::string::npos);
+    }
+}
+
 TEST_CASE("a missing module path is an error listing the children that do exist") {
     try {
         (void)prepare(small_cnn_mlp(0), compose({{"classifier.fc3", backend("xnnpack")}}));
