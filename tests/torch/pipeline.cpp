@@ -6,7 +6,9 @@
 #include <ATen/Parallel.h>
 
 #include <fstream>
+#include <memory>
 #include <regex>
+#include <sstream>
 
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch.hpp"
@@ -144,6 +146,31 @@ TEST_CASE("the caller's model is never modified") {
     (void)quantize(model, compose({{"", backend("x86_inductor")}}), synthetic_data(), {1, 1, true, false});
     CHECK(fingerprint(model) == before);
     CHECK(model.is_training());
+}
+
+TEST_CASE("quantizing leaves nothing behind in the caller's compilation unit or the observers'") {
+    // Loaded as users load models: every class type in one compilation unit.
+    std::stringstream saved;
+    small_cnn_mlp(5).save(saved);
+    const ::torch::jit::Module model = ::torch::jit::load(saved);
+    const std::shared_ptr<::torch::jit::CompilationUnit> unit = model.type()->compilation_unit();
+    const std::shared_ptr<::torch::jit::CompilationUnit> observers =
+        make_observer(quantization_spec{}).type()->compilation_unit();
+    const std::size_t functions = unit->get_functions().size();
+    const std::size_t observer_functions = observers->get_functions().size();
+    for (const char* name : {"x86_inductor", "xnnpack"}) {
+        CAPTURE(name);
+        std::weak_ptr<::torch::jit::CompilationUnit> lowered_unit;
+        {
+            const quantization_result result =
+                quantize(model, compose({{"", backend(name)}}), synthetic_data(), {.per_layer = false, .progress = false});
+            lowered_unit = result.model.module.type()->compilation_unit();
+            CHECK(lowered_unit.lock() != unit);
+        }
+        CHECK(unit->get_functions().size() == functions);  // was 5 graphs more per quantization
+        CHECK(observers->get_functions().size() == observer_functions);  // was 6 more under xnnpack
+        CHECK(lowered_unit.expired());  // the lowered model's types go with it
+    }
 }
 
 TEST_CASE("convert and lower leave what they are given; handed over, they work on it in place") {

@@ -34,6 +34,7 @@
 #include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/graph_walk.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 
 namespace versatil::libtorch {
 
@@ -79,7 +80,7 @@ inline std::string float_kind(std::string kind) {
 // stack names it, when it has one.
 inline std::unordered_map<const Node*, std::string> module_names(const ::torch::jit::Module& float_model,
                                                                  const std::shared_ptr<::torch::jit::Graph>& lowered) {
-    ::torch::jit::Module clone = float_model.clone();
+    ::torch::jit::Module clone = private_clone(float_model);
     clone.eval();
     auto graph = ::torch::jit::FoldConvBatchNorm(clone).get_method("forward").graph()->copy();
     ::torch::jit::Inline(*graph);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 #include "versatil/libtorch/pipeline/quantize.hpp"
 #include "versatil/libtorch/pipeline/sensitivity.hpp"
 
@@ -203,7 +204,7 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
             std::vector<batch> evaluation = held_out ? data.evaluation : data.calibration;
             std::vector<adjustment> notes;  // the report already has them
             detail::conform_input_types(model, evaluation, "evaluation data", notes);
-            ::torch::jit::Module float_model = model.clone();
+            ::torch::jit::Module float_model = private_clone(model);
             float_model.eval();
             const engine_settings engine{result.model.plan.engine, options.threads, std::nullopt};
             const engine_scope scope(engine);

@@ -33,6 +33,7 @@
 #include "versatil/libtorch/pipeline/layer_graph.hpp"
 #include "versatil/libtorch/pipeline/module_tree.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 
 namespace versatil::libtorch {
 
@@ -73,7 +74,7 @@ inline void reset_record(::torch::jit::Module& module) {
 class output_recorder {
 public:
     output_recorder(const ::torch::jit::Module& model, const std::vector<std::pair<std::string, layer_kind>>& layers)
-        : model_(model.clone()) {
+        : model_(private_clone(model)) {
         std::map<std::string, layer_kind> wanted(layers.begin(), layers.end());
         std::set<const c10::ClassType*> types;
         for (const auto& [path, kind] : layers) {

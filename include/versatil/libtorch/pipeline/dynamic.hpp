@@ -34,6 +34,7 @@
 #include "versatil/libtorch/pipeline/module_tree.hpp"
 #include "versatil/libtorch/pipeline/observers.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 #include "versatil/libtorch/pipeline/sensitivity.hpp"
 
 namespace versatil::libtorch {
@@ -114,7 +115,7 @@ struct frozen_for_direct_path {
 
 inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torch::jit::Module& model,
                                                                     const runtime_quantizer& quantizer) {
-    ::torch::jit::Module clone = model.clone();
+    ::torch::jit::Module clone = private_clone(model);
     clone.eval();
     ::torch::jit::Module folded = detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
     // Equalized after folding, as prepare() does: the cle option holds on this path too.

@@ -68,10 +68,10 @@ inline ::torch::jit::Module make_fake_quantize(const quantization_spec& spec) {
         throw error(error_kind::invalid_argument,
                     "make_fake_quantize: the spec must be a fake-quantize spec with a moving-average observer "
                     "(a backend's qat option gives one)");
-    ::torch::jit::Module module =
+    ::torch::jit::Module module = in_own_unit(
         observer_detail::prototype<fake_quantize_detail::compile_prototype, observer_kind::moving_average_min_max,
                                    observer_kind::moving_average_per_channel_min_max>(spec.observer)
-            .deepcopy();
+            .deepcopy());
     observer_detail::write_spec(module, spec);
     return module;
 }

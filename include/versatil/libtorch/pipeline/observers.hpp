@@ -4,7 +4,8 @@
 // calibrating and its `calculate_qparams` when inserting quantize ops, and read the int
 // attributes `dtype`, `qscheme` and `ch_axis`. So each observer is TorchScript defined from
 // C++, compiled once per kind; make_observer deep-copies that prototype (same class type, no
-// compilation) and writes the spec's values into it.
+// compilation) into a compilation unit of its own (private_clone.hpp: what clones it later
+// lands there, not in the prototypes' unit) and writes the spec's values into it.
 //
 // The statistics follow torch.ao.quantization.observer (PyTorch 1.13), and the entropy
 // observer's TensorRT's HistogramCalibrator, and run as compiled operators that forward calls
@@ -29,6 +30,7 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/pipeline/histogram_ranges.hpp"
 #include "versatil/libtorch/pipeline/observer_ops.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 
 namespace versatil::libtorch {
 
@@ -429,11 +431,11 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
                     "post-training quantization, so use a spec with is_fake_quantize = false");
 
     using enum observer_kind;
-    ::torch::jit::Module observer =
+    ::torch::jit::Module observer = in_own_unit(
         observer_detail::prototype<observer_detail::compile_prototype, min_max, moving_average_min_max, per_channel_min_max,
                                    moving_average_per_channel_min_max, histogram, histogram_percentile,
                                    histogram_entropy, histogram_auto, placeholder>(spec.observer)
-            .deepcopy();
+            .deepcopy());
     observer_detail::write_spec(observer, spec);
     if (is_histogram(spec.observer) && spec.observer != observer_kind::histogram_entropy)
         observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));

@@ -26,6 +26,7 @@
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/pipeline/module_tree.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 #include "versatil/libtorch/pipeline/shared_types.hpp"
 
 namespace versatil::libtorch {
@@ -82,7 +83,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         depths.insert(depths.end(), {specialization_depth::branches, specialization_depth::constants,
                                      specialization_depth::inlined});
     for (const specialization_depth depth : depths) {
-        ::torch::jit::Module clone = model.clone();
+        ::torch::jit::Module clone = private_clone(model);
         clone.eval();  // folding and freezing need eval mode
         const inference_specialization changes = specialize_for_inference(clone, depth);
         // Batch norm is folded into the convolution before observers (QAT included): what is

@@ -19,6 +19,7 @@
 #include "versatil/libtorch/pipeline/lower.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
+#include "versatil/libtorch/pipeline/private_clone.hpp"
 #include "versatil/libtorch/pipeline/qat.hpp"
 #include "versatil/libtorch/pipeline/report.hpp"
 #include "versatil/libtorch/pipeline/sensitivity.hpp"
@@ -272,7 +273,7 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
 
     // Measured on an eval-mode clone: a model left in train mode would update its batch-norm
     // statistics, and the caller's model is never modified.
-    ::torch::jit::Module float_model = model.clone();
+    ::torch::jit::Module float_model = private_clone(model);
     float_model.eval();
     const engine_scope engine(engine_settings{lowered.plan.engine, options.threads, std::nullopt});
     const model_outputs reference = run_batches(float_model, evaluation);
