@@ -269,7 +269,11 @@ def runtime_sections(versatil, peer):
         "Method: both sides time a single forward with the same method (5 warm-up runs, then at least 20 runs and "
         f"0.25 s; the median), repeated {cfg.get('latency_rounds', 1)} times, keeping the lowest median (the "
         "machine is shared; the quietest round is the closest to the model's own cost). Quantize time: prepare + calibrate + convert (+ lower, for versatil), the lowest of "
-        f"{cfg['quantize_repeats']} runs (the same work each run: what the shared machine adds, page faults above all, is left out); the peer's copy of the model is made outside its timing. SQNR: "
+        f"{cfg['quantize_repeats']} runs (the same work each run: what the shared machine adds, page faults above all, is left out); the peer's copy of the model is made outside its timing. versatil's quantize times (and the phase table's) "
+        "are measured in a fresh process per configuration that loads the saved model: LibTorch 1.13's quantization passes "
+        "grow a static list on every call (`isSingleInputGeneralAtenFunction`, searched linearly), so each quantization in a "
+        "process slows the next, and in the benchmark's own process the last model would pay for the hundreds before it. "
+        "The peer runs all models in one Python process; its FX passes keep no such state. SQNR: "
         "10·log10(Σref² / Σ(ref − q)²) of the logits on the evaluation images against the C++ float model's.",
         ""]
     if peer:
