@@ -507,8 +507,6 @@ void require_no_more_kept_than_greedy(const torch::jit::Module& model, const run
         } catch (const libtorch::error& failure) {
             if (failure.kind() != error_kind::lowering_failed) throw;
             return -std::numeric_limits<double>::infinity();
-        } catch (const c10::Error&) {
-            return -std::numeric_limits<double>::infinity();
         }
     };
     const std::vector<layer_sqnr> ranking = quantize(model, quantizer, data, {.progress = false}).report.per_layer;

@@ -302,6 +302,21 @@ TEST_CASE("the lowered model is checked on one sample, or on the whole batch whe
     }
 }
 
+TEST_CASE("an engine failure found while measuring is lowering_failed, as at lowering's check") {
+    // QNNPACK cannot run a dynamic q_proj kept in float beside quantized k_proj and v_proj, and
+    // says so only when the model runs: here, past lowering's one-sample check, when quantize()
+    // measures the evaluation data.
+    try {
+        (void)quantize(transformer_encoder(0, 32, 2, 1),
+                       compose({{"", backend("xnnpack:dynamic")}, {"encoder.0.self_attn.q_proj", nullptr}}),
+                       synthetic_data(), {.per_layer = false, .progress = false});
+        FAIL("QNNPACK must refuse this model");
+    } catch (const error& failure) {
+        CHECK(failure.kind() == error_kind::lowering_failed);
+        CHECK(std::string(failure.what()).find("qnnpack engine cannot run the lowered model") != std::string::npos);
+    }
+}
+
 TEST_CASE("a missing module path is an error listing the children that do exist") {
     try {
         (void)prepare(small_cnn_mlp(0), compose({{"classifier.fc3", backend("xnnpack")}}));

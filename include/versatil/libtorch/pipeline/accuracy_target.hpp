@@ -142,11 +142,10 @@ struct greedy_rating {
                     quantized = quantize_keeping(trial);
                 } catch (const error& failure) {
                     // The engine cannot run the model with this layer kept (QNNPACK, given a
-                    // dynamic q_proj kept beside quantized k_proj and v_proj): no candidate.
+                    // dynamic q_proj kept beside quantized k_proj and v_proj), at lowering's
+                    // check or when measuring: no candidate.
                     if (failure.kind() != error_kind::lowering_failed) throw;
                     continue;
-                } catch (const c10::Error&) {
-                    continue;  // the same, found when measuring rather than at lowering's check
                 }
                 sqnr = quantized->report.sqnr_db;
                 accuracy = quantized->report.quantized_accuracy;

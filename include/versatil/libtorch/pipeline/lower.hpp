@@ -88,6 +88,13 @@ inline bool runs_quantized_convolution(const ::torch::jit::Module& lowered) {
     return false;
 }
 
+// The engine failing to run a lowered model, wherever that shows: lower()'s check, or
+// quantize() measuring it on other data.
+inline error engine_failure(const quantization_plan& plan, const std::exception& failure) {
+    return error(error_kind::lowering_failed,
+                 "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
+}
+
 // One forward proves the engine runs the lowered model: some unsupported configurations only
 // fail there. It runs the first sample of options.sample: what it proves (that the engine
 // takes each lowered op with its qparams) does not depend on the batch size, and a forward over a whole calibration batch costs what calibrating that batch
@@ -118,8 +125,7 @@ inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quanti
         }
         run(*options.sample);
     } catch (const std::exception& failure) {
-        throw error(error_kind::lowering_failed,
-                    "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
+        throw engine_failure(plan, failure);
     }
 }
 

@@ -278,15 +278,27 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     const engine_scope engine(engine_settings{lowered.plan.engine, options.threads, std::nullopt});
     const model_outputs reference = run_batches(float_model, evaluation);
     // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the primitive
-    // of its first input shape, and the returned model should keep none.
-    const model_outputs quantized = run_batches(lowered.module.deepcopy(), evaluation);
+    // of its first input shape, and the returned model should keep none. The engine can still
+    // fail here, on data lower()'s check did not run (another batch size or shape): that is
+    // lowering_failed too, not a bare LibTorch exception.
+    const auto on_lowered = [&](const auto& run) {
+        try {
+            return run(lowered.module.deepcopy());
+        } catch (const error&) {
+            throw;
+        } catch (const std::exception& failure) {
+            throw detail::engine_failure(lowered.plan, failure);
+        }
+    };
+    const model_outputs quantized = on_lowered([&](const ::torch::jit::Module& copy) { return run_batches(copy, evaluation); });
     // Op counts: what one evaluation batch runs, on the float model as quantization sees it
     // (eval mode, inference branches) and on the lowered model.
     ::torch::jit::Module specialized = float_model.clone();
     if (!quantizer.is_qat()) specialize_for_inference(specialized);
     report.quantizable_ops =
         count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
-    report.quantized_ops = count_ops(executed_ops(lowered.module.deepcopy(), evaluation.front()), is_quantized_op);
+    report.quantized_ops = count_ops(
+        on_lowered([&](const ::torch::jit::Module& copy) { return executed_ops(copy, evaluation.front()); }), is_quantized_op);
     report.evaluation_samples = samples_in(evaluation);
     const outputs_comparison comparison = compare_outputs(reference, quantized);
     report.max_abs_diff = comparison.overall.max_abs_diff;
@@ -302,7 +314,7 @@ inline quantization_report measure(const ::torch::jit::Module& model, const lowe
     report.threads = options.threads;
     const batch timing = detail::timing_batch(evaluation, options.batch_size);
     report.float_ms = median_latency_ms(float_model, timing);
-    report.quantized_ms = median_latency_ms(lowered.module.deepcopy(), timing);
+    report.quantized_ms = on_lowered([&](const ::torch::jit::Module& copy) { return median_latency_ms(copy, timing); });
 
     // Per-layer analysis: static targets quantize each layer alone in the converted model of the
     // one calibration (sensitivity.hpp); dynamic ones in the direct path's model, whose weights
