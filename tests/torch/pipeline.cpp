@@ -6,7 +6,9 @@
 #include <ATen/Parallel.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -40,6 +42,18 @@ void check_sqnr(const quantization_report& report, double measured_db) {
     MESSAGE("SQNR " << report.sqnr_db << " dB (measured when the floor was set: " << measured_db << " dB)");
     CHECK(report.sqnr_db > measured_db - 1.0);
 }
+
+// The versatil error `run` throws; none when it returns.
+std::optional<error> error_of(const std::function<void()>& run) {
+    try {
+        run();
+    } catch (const error& failure) {
+        return failure;
+    }
+    return std::nullopt;
+}
+
+bool says(const error& failure, const std::string& text) { return std::string(failure.what()).find(text) != std::string::npos; }
 
 std::string fingerprint(const ::torch::jit::Module& model) {
     std::string text = model.get_method("forward").graph()->toString();
@@ -259,12 +273,9 @@ TEST_CASE("lowering restores the engine, threads and backend environment, also w
     check_restored();
 
     const at::Tensor wrong_shape = at::randn({4, 3, 28, 28});  // 3 channels: the model takes 1
-    try {
-        (void)lower(converted, {wrong_shape, 2});
-        FAIL("lowering with a sample the model cannot take must throw");
-    } catch (const error& failure) {
-        CHECK(failure.kind() == error_kind::lowering_failed);
-    }
+    const std::optional<error> failure = error_of([&] { (void)lower(converted, {wrong_shape, 2}); });
+    REQUIRE_MESSAGE(failure, "lowering with a sample the model cannot take must throw");
+    CHECK(failure->kind() == error_kind::lowering_failed);
     check_restored();
     at::globalContext().setQEngine(at::QEngine::ONEDNN);
 }
@@ -293,42 +304,35 @@ TEST_CASE("the lowered model is checked on one sample, or on the whole batch whe
     const lowered_model lowered = lower(converted, {smooth_batches(1, 8, 4)[0], 1});
     CHECK(count_kind(lowered.module, "quantized::conv2d") == 1);
     // A batch of 4 fails whole too: that failure is the one reported.
-    try {
-        (void)lower(converted, {smooth_batches(1, 4, 4)[0], 1});
-        FAIL("a batch the model cannot take must fail the check");
-    } catch (const error& failure) {
-        CHECK(failure.kind() == error_kind::lowering_failed);
-        CHECK(std::string(failure.what()).find("shape '[8, 2704]' is invalid for input of size 10816") != std::string::npos);
-    }
+    const std::optional<error> failure = error_of([&] { (void)lower(converted, {smooth_batches(1, 4, 4)[0], 1}); });
+    REQUIRE_MESSAGE(failure, "a batch the model cannot take must fail the check");
+    CHECK(failure->kind() == error_kind::lowering_failed);
+    CHECK(says(*failure, "shape '[8, 2704]' is invalid for input of size 10816"));
 }
 
 TEST_CASE("an engine failure found while measuring is lowering_failed, as at lowering's check") {
     // QNNPACK cannot run a dynamic q_proj kept in float beside quantized k_proj and v_proj, and
     // says so only when the model runs: here, past lowering's one-sample check, when quantize()
     // measures the evaluation data.
-    try {
+    const std::optional<error> failure = error_of([] {
         (void)quantize(transformer_encoder(0, 32, 2, 1),
                        compose({{"", backend("xnnpack:dynamic")}, {"encoder.0.self_attn.q_proj", nullptr}}),
                        synthetic_data(), {.per_layer = false, .progress = false});
-        FAIL("QNNPACK must refuse this model");
-    } catch (const error& failure) {
-        CHECK(failure.kind() == error_kind::lowering_failed);
-        CHECK(std::string(failure.what()).find("qnnpack engine cannot run the lowered model") != std::string::npos);
-    }
+    });
+    REQUIRE_MESSAGE(failure, "QNNPACK must refuse this model");
+    CHECK(failure->kind() == error_kind::lowering_failed);
+    CHECK(says(*failure, "qnnpack engine cannot run the lowered model"));
 }
 
 TEST_CASE("a missing module path is an error listing the children that do exist") {
-    try {
-        (void)prepare(small_cnn_mlp(0), compose({{"classifier.fc3", backend("xnnpack")}}));
-        FAIL("must throw");
-    } catch (const error& failure) {
-        CHECK(failure.kind() == error_kind::missing_module);
-        const std::string message = failure.what();
-        CHECK(message.find("'classifier.fc3'") != std::string::npos);
-        CHECK(message.find("'classifier' has no child 'fc3'") != std::string::npos);
-        CHECK(message.find("'fc1'") != std::string::npos);
-        CHECK(message.find("'fc2'") != std::string::npos);
-    }
+    const std::optional<error> failure =
+        error_of([] { (void)prepare(small_cnn_mlp(0), compose({{"classifier.fc3", backend("xnnpack")}})); });
+    REQUIRE_MESSAGE(failure, "must throw");
+    CHECK(failure->kind() == error_kind::missing_module);
+    CHECK(says(*failure, "'classifier.fc3'"));
+    CHECK(says(*failure, "'classifier' has no child 'fc3'"));
+    CHECK(says(*failure, "'fc1'"));
+    CHECK(says(*failure, "'fc2'"));
 }
 
 TEST_CASE("a model on a device the backends do not support is rejected") {
@@ -336,24 +340,20 @@ TEST_CASE("a model on a device the backends do not support is rejected") {
     // Set on this instance only: registering a new attribute would change the class type that
     // every small_cnn_mlp shares.
     find_submodule(model, "classifier.fc2").setattr("bias", at::empty({10}, at::device(at::kMeta)));
-    try {
-        (void)prepare(model, compose({{"", backend("xnnpack")}}));
-        FAIL("must throw");
-    } catch (const error& failure) {
-        CHECK(failure.kind() == error_kind::unsupported_device);
-        CHECK(std::string(failure.what()).find("'meta'") != std::string::npos);
-        CHECK(std::string(failure.what()).find("support only: cpu") != std::string::npos);
-    }
+    const std::optional<error> failure = error_of([&] { (void)prepare(model, compose({{"", backend("xnnpack")}})); });
+    REQUIRE_MESSAGE(failure, "must throw");
+    CHECK(failure->kind() == error_kind::unsupported_device);
+    CHECK(says(*failure, "'meta'"));
+    CHECK(says(*failure, "support only: cpu"));
 }
 
 TEST_CASE("backends lowering to different engines cannot share a model") {
-    try {
+    const std::optional<error> failure = error_of([] {
         (void)prepare(small_cnn_mlp(0), compose({{"features", backend("xnnpack")}, {"classifier", backend("x86_inductor")}}));
-        FAIL("must throw");
-    } catch (const error& failure) {
-        CHECK(failure.kind() == error_kind::unsupported_composition);
-        CHECK(std::string(failure.what()).find("'features' (xnnpack) and 'classifier' (x86_inductor)") != std::string::npos);
-    }
+    });
+    REQUIRE_MESSAGE(failure, "must throw");
+    CHECK(failure->kind() == error_kind::unsupported_composition);
+    CHECK(says(*failure, "'features' (xnnpack) and 'classifier' (x86_inductor)"));
 }
 
 TEST_CASE("bad calibration data is rejected by batch, before any observer sees it") {
