@@ -97,11 +97,12 @@ inline error engine_failure(const quantization_plan& plan, const std::exception&
 
 // One forward proves the engine runs the lowered model: some unsupported configurations only
 // fail there. It runs the first sample of options.sample: what it proves (that the engine
-// takes each lowered op with its qparams) does not depend on the batch size, and a forward over a whole calibration batch costs what calibrating that batch
-// does (resnet_cnn, 32 images: 4.6 ms on x86, 8.9 ms on QNNPACK, against ~1 ms for one; a
-// torchvision model at 224×224, most of a second). A model that cannot run one sample (a reshape
-// to a fixed batch size, an input not batched along dim 0) is checked on the whole batch, whose
-// failure is the one reported. A model with quantized convolutions runs the check on a deep copy
+// takes each lowered op with its qparams) does not depend on the batch size, and a forward
+// over a whole calibration batch costs what calibrating that batch does (resnet_cnn, 32
+// images: 4.6 ms on x86, 8.9 ms on QNNPACK, against ~1 ms for one; a torchvision model at
+// 224×224, most of a second). A model that cannot run one sample (a reshape to a fixed batch
+// size, an input not batched along dim 0) is checked on the whole batch, whose failure is the
+// one reported. A model with quantized convolutions runs the check on a deep copy
 // (fresh packed weights): oneDNN's quantized conv keeps the primitive of its first input shape,
 // so a check at one shape would slow every later call at another one. The copy repacks every
 // weight, so models without convolutions run the check themselves.
