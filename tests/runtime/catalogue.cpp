@@ -17,11 +17,12 @@ std::string parse_error(std::string_view spec) {
 }  // namespace
 
 TEST_CASE("every configured policy is in the catalogue once") {
-    // x86_inductor and xnnpack: five options make 32 subsets, of which 12 put bias_correction with
-    // dynamic or qat (20 configurations each), and each of the 8 static post-training subsets
-    // (neither dynamic nor qat) again with each of the 6 calibration methods; cortex_m: two options
-    // (4 subsets), and its 2 static subsets again with each method.
-    CHECK(builtin_backends.size() == 20 + 20 + 2 * 8 * 6 + 4 + 2 * 6);
+    // x86_inductor and xnnpack: six options make 64 subsets. bias_correction and gptq go with
+    // neither dynamic nor qat: the 16 static post-training subsets (the other four options), and
+    // 4 subsets of reduce_range / per_tensor and cle with each of dynamic, qat and both: 28
+    // configurations each; the 16 static ones again with each of the 6 calibration methods.
+    // cortex_m: two options (4 subsets), and its 2 static subsets again with each method.
+    CHECK(builtin_backends.size() == 28 + 28 + 2 * 16 * 6 + 4 + 2 * 6);
     for (std::size_t i = 0; i < builtin_backends.size(); ++i)
         for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
             CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
@@ -48,6 +49,10 @@ TEST_CASE("a spec names a backend and its options in any order") {
     CHECK(*parse_backend_spec("x86_inductor:bias_correction,cle") == &descriptor_of<X86Inductor<cle, bias_correction>>);
     CHECK((*parse_backend_spec("xnnpack:per_tensor,cle"))->config.cross_layer_equalization);
     CHECK((*parse_backend_spec("xnnpack:bias_correction"))->config.bias_correction);
+    CHECK(*parse_backend_spec("x86_inductor:gptq,calibration=minmax,cle") ==
+          &descriptor_of<X86Inductor<calibration<calibration_method::minmax>, cle, gptq>>);
+    CHECK((*parse_backend_spec("xnnpack:gptq"))->config.gptq);
+    CHECK_FALSE((*parse_backend_spec("xnnpack:bias_correction"))->config.gptq);
     CHECK_FALSE((*parse_backend_spec("xnnpack:per_tensor"))->config.cross_layer_equalization);
     CHECK(*parse_backend_spec("xnnpack:dynamic,cle") == &descriptor_of<XNNPACK<dynamic, cle>>);
 }
@@ -61,7 +66,7 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
     CHECK(parse_error("cortex_m:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
     CHECK(parse_error("xnnpack:reduce_range") ==
           "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor cle "
-          "bias_correction calibration=METHOD)");
+          "bias_correction gptq calibration=METHOD)");
     CHECK(parse_error("xnnpack:calibration=kl") ==
           "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
           "percentile, entropy, auto)");
@@ -86,6 +91,14 @@ TEST_CASE("bias correction with dynamic quantization or QAT is rejected with the
     CHECK(parse_error("x86_inductor:cle,qat,bias_correction")
               .starts_with("options 'bias_correction' and 'qat' do not combine in 'x86_inductor:cle,qat,bias_correction': "
                            "quantization-aware training learns its biases"));
+}
+
+TEST_CASE("gptq with dynamic quantization or QAT is rejected with the rule") {
+    CHECK(parse_error("x86_inductor:gptq,dynamic") ==
+          "options 'gptq' and 'dynamic' do not combine in 'x86_inductor:gptq,dynamic': GPTQ rounds weights against "
+          "the layers' inputs on calibration data, and dynamic quantization takes none");
+    CHECK(parse_error("xnnpack:qat,gptq").starts_with("options 'gptq' and 'qat' do not combine in 'xnnpack:qat,gptq': "
+                                                      "quantization-aware training learns its weights"));
 }
 
 TEST_CASE("cortex_m composes with itself and excludes, and with no CPU backend") {

@@ -144,12 +144,13 @@ static_assert(X86Inductor<reduce_range>::config.input_activation->quant_max == 1
 static_assert(XNNPACK<qat>::config.weight->is_fake_quantize && !XNNPACK<>::config.weight->is_fake_quantize);
 static_assert(XNNPACK<dynamic>::config.input_activation->observer == placeholder);
 
-// --- The accuracy steps: cle and bias_correction switch on a step and change nothing else ------
+// --- The accuracy steps: cle, bias_correction and gptq switch on a step and change nothing else -
 template <class With, class Without>
-constexpr bool only_steps_differ(bool cle, bool bias_correction) {
+constexpr bool only_steps_differ(bool cle, bool bias_correction, bool gptq = false) {
     quantization_config expected = Without::config;
     expected.cross_layer_equalization = cle;
     expected.bias_correction = bias_correction;
+    expected.gptq = gptq;
     return With::config == expected && !(With::config == Without::config);
 }
 static_assert(only_steps_differ<XNNPACK<per_tensor, cle>, XNNPACK<per_tensor>>(true, false));
@@ -159,13 +160,21 @@ static_assert(only_steps_differ<X86Inductor<reduce_range, cle>, X86Inductor<redu
 // cle is data-free and exact in float, so it also goes with dynamic quantization and QAT.
 static_assert(only_steps_differ<XNNPACK<dynamic, per_tensor, cle>, XNNPACK<dynamic, per_tensor>>(true, false));
 static_assert(only_steps_differ<X86Inductor<qat, cle>, X86Inductor<qat>>(true, false));
-static_assert(!X86Inductor<>::config.cross_layer_equalization && !X86Inductor<>::config.bias_correction);
+static_assert(only_steps_differ<X86Inductor<gptq>, X86Inductor<>>(false, false, true));
+static_assert(only_steps_differ<XNNPACK<per_tensor, gptq, cle>, XNNPACK<per_tensor>>(true, false, true));
+static_assert(only_steps_differ<X86Inductor<bias_correction, reduce_range, gptq, cle>, X86Inductor<reduce_range>>(true, true, true));
+static_assert(!X86Inductor<>::config.cross_layer_equalization && !X86Inductor<>::config.bias_correction &&
+              !X86Inductor<>::config.gptq);
+static_assert(X86Inductor<gptq, cle, bias_correction>::options == "cle,bias_correction,gptq");
 static_assert(XNNPACK<bias_correction, cle, per_tensor>::options == "per_tensor,cle,bias_correction");
 // bias_correction is post-training and static: with dynamic or qat it does not compile
 // (compile_fail/option_bias_correction_*.cpp), and the catalogue leaves those out.
 static_assert(options_combine<cle, bias_correction, per_tensor> && options_combine<dynamic, cle> &&
               options_combine<qat, cle>);
 static_assert(!options_combine<dynamic, bias_correction> && !options_combine<bias_correction, qat>);
+// So is gptq (compile_fail/option_gptq_*.cpp).
+static_assert(options_combine<gptq, cle, bias_correction, per_tensor> && !options_combine<gptq, dynamic> &&
+              !options_combine<qat, gptq>);
 
 // --- Calibration methods: each changes the static activations' observer and nothing else ----
 template <class With, class Without>

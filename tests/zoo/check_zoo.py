@@ -2,7 +2,8 @@
 """The architecture zoo through versatil-quantize, as a user runs it: every model of
 make_zoo.py x {x86_inductor, xnnpack} x {static, dynamic}. Each run must end in a report
 (exit 0) whose op counts are the truth, or in a typed error (exit 2) naming what this LibTorch
-cannot quantize; never a crash, never a backtrace.
+cannot quantize; never a crash, never a backtrace. A few models again with the gptq option,
+whose every quantized layer must be rounded.
 
 The truth is measured in Python, independently of versatil: the float model's conv/linear ops
 are counted by PyTorch's profiler on one forward (make_zoo.py), and the quantized ops by
@@ -32,6 +33,10 @@ MODES = ["static", "dynamic"]
 ENGINES = {"onednn": "onednn", "qnnpack": "qnnpack", "fbgemm": "fbgemm", "x86": "x86"}
 # Per-layer analysis on these (one quantization per layer): every conv/linear module gets a row.
 PER_LAYER = {"encoder", "squeezenet", "multitask"}
+# Also quantized with the gptq option (x86_inductor, static), one model per kind of layer it
+# unfolds: grouped and squeeze-excitation convs, depthwise ones, a strided patch convolution and
+# attention's linear layers, token ids, two inputs. Every quantized layer must be rounded.
+GPTQ = {"regnet", "mobilenet_v3_small", "vit", "text", "two_inputs"}
 TORCH_STATE = threading.Lock()  # the quantized engine and the profiler are process-wide
 
 
@@ -54,16 +59,16 @@ def quantized_ops_in(saved, data_file, engine):
                and "prepack" not in e.name and "unpack" not in e.name)
 
 
-def run_case(cli, zoo, entry, backend, mode, scratch, keep):
+def run_case(cli, zoo, entry, backend, mode, scratch, keep, options=""):
     name = entry["name"]
-    label = f"{name} {backend} {mode}"
-    target = f"={backend}" + (":dynamic" if mode == "dynamic" else "")
-    stem = f"{name}.{backend}.{mode}"
+    label = f"{name} {backend} {mode}" + (f" {options}" if options else "")
+    target = f"={backend}" + (":dynamic" if mode == "dynamic" else "") + (f":{options}" if options else "")
+    stem = f"{name}.{backend}.{mode}" + (f".{options}" if options else "")
     report_path = (keep or scratch) / f"{stem}.json"
     out_path = scratch / f"{stem}.q.pt"
     args = [cli, "--model", zoo / entry["model"], "--data", zoo / entry["data"], "--target", target,
             "--report", report_path, "--out", out_path]
-    per_layer = name in PER_LAYER and mode == "static"
+    per_layer = name in PER_LAYER and mode == "static" and not options
     if not per_layer:
         args.append("--no-per-layer")
     result = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=900)
@@ -86,6 +91,12 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep):
         problems.append(f"quantized_ops {report['quantized_ops']}, the saved model runs {measured}")
     if report["sqnr_db"] is not None and not report["sqnr_db"] > 0:
         problems.append(f"SQNR {report['sqnr_db']} dB: the quantized model does not track the float one")
+    if "gptq" in options:
+        notes = [a["change"] for a in report["adjustments"]]
+        rounded = [n for n in notes if n.startswith("gptq: ") and "layer(s) rounded on" in n]
+        if not rounded or rounded[0].startswith("gptq: 0 layer(s)"):
+            problems.append(f"no gptq note of rounded layers in {notes}")
+        problems += [f"a layer left to nearest rounding: {n}" for n in notes if n.startswith("gptq: rounded to nearest")]
     if per_layer:
         rows = {layer["name"] for layer in report["per_layer"]}
         missing = [m for m in entry["weighted_modules"] if m not in rows]
@@ -135,14 +146,15 @@ def main():
         entries = json.loads((zoo / "zoo.json").read_text())
         wanted = [n for n in args.only.split(",") if n]
         entries = [e for e in entries if not wanted or e["name"] in wanted]
-        cases = [(e, b, m) for e in entries for b in BACKENDS for m in MODES]
+        cases = [(e, b, m, "") for e in entries for b in BACKENDS for m in MODES]
+        cases += [(e, "x86_inductor", "static", "gptq") for e in entries if e["name"] in GPTQ]
         failures = passed = 0
         if "encoder" in [e["name"] for e in entries]:
             problems = check_float64_data(args.cli, zoo, scratch)
             print(("FAIL " if problems else "ok   ") + "encoder with float64 data" + (": " + "; ".join(problems) if problems else ""))
             failures, passed = (1, 0) if problems else (0, 1)
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_case, args.cli, zoo, e, b, m, scratch, keep) for e, b, m in cases]
+            futures = [pool.submit(run_case, args.cli, zoo, e, b, m, scratch, keep, o) for e, b, m, o in cases]
             for future in futures:
                 label, problems, summary = future.result()
                 if problems:

@@ -117,8 +117,9 @@ int main(int argc, char** argv) {
     app.add_option("--target", target_texts,
                    "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor, xnnpack or cortex_m, OPT dynamic, qat, "
                    "reduce_range (x86), per_tensor (xnnpack, cortex_m), calibration=METHOD (static; METHOD minmax, "
-                   "moving_minmax, histogram, percentile, entropy or auto), cle (cross-layer equalization) or "
-                   "bias_correction (static; cle and bias_correction: x86_inductor, xnnpack); PATH=none keeps PATH "
+                   "moving_minmax, histogram, percentile, entropy or auto), cle (cross-layer equalization), "
+                   "bias_correction or gptq (GPTQ weight rounding; static) (cle, bias_correction and gptq: "
+                   "x86_inductor, xnnpack); PATH=none keeps PATH "
                    "float (default: =x86_inductor, the whole model)");
     app.add_option("--out", out_path, "where to save the quantized TorchScript model");
     app.add_option("--report", report_path, "where to write the report as JSON");

@@ -34,6 +34,9 @@ struct cle_t {
 struct bias_correction_t {
     static constexpr std::string_view name = "bias_correction";
 };
+struct gptq_t {
+    static constexpr std::string_view name = "gptq";
+};
 
 // The calibration method of static activations (calibration.hpp), one option per method
 // (`calibration<calibration_method::entropy>`, "calibration=entropy" at run time); at most one.
@@ -61,6 +64,10 @@ inline constexpr cle_t cle{};
 // Empirical bias correction: each layer's mean output shift under quantization, measured on
 // the calibration data, subtracted from its bias. Static post-training quantization only.
 inline constexpr bias_correction_t bias_correction{};
+// GPTQ weight rounding (Frantar et al. 2022): each layer's weights rounded column by column,
+// each column's error moved onto the columns not rounded yet, so the layer's output on the
+// calibration data stays close. Static post-training quantization only.
+inline constexpr gptq_t gptq{};
 template <calibration_method Method>
 inline constexpr calibration_t<Method> calibration{};
 
@@ -153,6 +160,12 @@ inline constexpr std::array option_conflicts{
     option_conflict{"bias_correction", "qat",
                     "quantization-aware training learns its biases with quantization in the loop; bias correction "
                     "is for post-training quantization"},
+    option_conflict{"gptq", "dynamic",
+                    "GPTQ rounds weights against the layers' inputs on calibration data, and dynamic quantization "
+                    "takes none"},
+    option_conflict{"gptq", "qat",
+                    "quantization-aware training learns its weights with quantization in the loop; GPTQ rounding is "
+                    "for post-training quantization"},
     option_conflict{"calibration", "dynamic",
                     "dynamic quantization takes activation ranges at run time, so there is nothing to calibrate"},
     option_conflict{"calibration", "qat",
@@ -164,13 +177,14 @@ inline constexpr std::array option_conflicts{
 template <auto... Given>
 inline constexpr bool options_combine =
     !(has_option<bias_correction_t, Given...> && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
+    !(has_option<gptq_t, Given...> && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
     !(calibration_count<Given...> != 0 && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
     calibration_count<Given...> <= 1;
 
 namespace detail {
 // Instantiated by a policy with conflicting options; the instantiation names the policy, the
 // assertion the rule (option_conflicts holds the same rules as text).
-template <fixed_string Policy, bool BiasCorrection, bool Dynamic, bool Qat, std::size_t Calibrations = 0>
+template <fixed_string Policy, bool BiasCorrection, bool Dynamic, bool Qat, std::size_t Calibrations = 0, bool Gptq = false>
 struct check_option_combination {
     static_assert(Calibrations <= 1,
                   "versatil: more than one 'calibration' option: a policy calibrates its activations with one "
@@ -191,6 +205,14 @@ struct check_option_combination {
                   "versatil: options 'bias_correction' and 'qat' do not combine: quantization-aware training learns "
                   "its biases; bias correction is for post-training quantization (the policy is named in the "
                   "instantiation above)");
+    static_assert(!(Gptq && Dynamic),
+                  "versatil: options 'gptq' and 'dynamic' do not combine: GPTQ rounds weights against the layers' "
+                  "inputs on calibration data, and dynamic quantization takes none (the policy is named in the "
+                  "instantiation above)");
+    static_assert(!(Gptq && Qat),
+                  "versatil: options 'gptq' and 'qat' do not combine: quantization-aware training learns its "
+                  "weights; GPTQ rounding is for post-training quantization (the policy is named in the "
+                  "instantiation above)");
     static constexpr bool value = true;
 };
 }  // namespace detail
@@ -199,7 +221,8 @@ struct check_option_combination {
 template <fixed_string Policy, auto... Given>
 inline constexpr bool options_are_compatible =
     detail::check_option_combination<Policy, has_option<bias_correction_t, Given...>, has_option<dynamic_t, Given...>,
-                                     has_option<qat_t, Given...>, calibration_count<Given...>>::value;
+                                     has_option<qat_t, Given...>, calibration_count<Given...>,
+                                     has_option<gptq_t, Given...>>::value;
 
 namespace detail {
 template <class Accepted, auto... Given>

@@ -14,11 +14,13 @@ struct quantization_config {
     std::optional<quantization_spec> weight;
     std::optional<quantization_spec> bias;  // none: bias stays float, as in both backends
     bool is_qat = false;
-    // Steps that improve accuracy beyond the specs (the cle and bias_correction options):
+    // Steps that improve accuracy beyond the specs (the cle, bias_correction and gptq options):
     // conv/linear chains equalized in float before observers go in; each layer's mean output
-    // shift, measured on the calibration data after calibrating, removed from its bias.
+    // shift, measured on the calibration data after calibrating, removed from its bias; weights
+    // rounded against the layers' calibration inputs (GPTQ) instead of to nearest.
     bool cross_layer_equalization = false;
     bool bias_correction = false;
+    bool gptq = false;
 
     friend constexpr bool operator==(const quantization_config&, const quantization_config&) = default;
 };
@@ -31,9 +33,10 @@ constexpr bool is_valid(const quantization_config& config) noexcept {
 
 // `config` with the accuracy steps of a policy's options switched on.
 constexpr quantization_config with_accuracy_steps(quantization_config config, bool cross_layer_equalization,
-                                                  bool bias_correction) noexcept {
+                                                  bool bias_correction, bool gptq) noexcept {
     config.cross_layer_equalization = cross_layer_equalization;
     config.bias_correction = bias_correction;
+    config.gptq = gptq;
     return config;
 }
 

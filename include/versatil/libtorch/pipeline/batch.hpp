@@ -69,6 +69,19 @@ inline std::int64_t samples_in(const std::vector<batch>& batches) {
     return samples;
 }
 
+// The first of `batches` up to `max_samples` samples in all (whole batches, at least one): what
+// the accuracy steps measure on, one forward per layer (bias correction) or per batch (GPTQ).
+inline std::vector<batch> leading_batches(const std::vector<batch>& batches, std::int64_t max_samples) {
+    std::vector<batch> leading;
+    std::int64_t samples = 0;
+    for (const batch& inputs : batches) {
+        if (!leading.empty() && samples + inputs.samples() > max_samples) break;
+        leading.push_back(inputs);
+        samples += inputs.samples();
+    }
+    return leading;
+}
+
 // Every input of every batch, concatenated along dim 0: one tensor per forward argument.
 inline std::vector<at::Tensor> concatenate(const std::vector<batch>& batches) {
     std::vector<at::Tensor> inputs;

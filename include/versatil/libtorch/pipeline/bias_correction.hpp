@@ -31,6 +31,7 @@
 #include "versatil/libtorch/pipeline/batch.hpp"
 #include "versatil/libtorch/pipeline/graph_walk.hpp"
 #include "versatil/libtorch/pipeline/layer_graph.hpp"
+#include "versatil/libtorch/pipeline/layer_ops.hpp"
 #include "versatil/libtorch/pipeline/module_tree.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
 #include "versatil/libtorch/pipeline/private_clone.hpp"
@@ -83,14 +84,10 @@ public:
             types.insert(layer.type().get());
         }
         // Every instance of a recording type needs the attributes, recorded or not.
-        std::set<const c10::ClassType*> defined;
-        for (const auto& item : model_.named_modules()) {
-            const c10::ClassType* type = item.value.type().get();
-            if (types.count(type) == 0) continue;
-            ::torch::jit::Module module = item.value;
-            const auto kind = wanted.find(item.name);
+        for_each_instance_of(model_, types, [&](::torch::jit::Module& module, const std::string& path, bool first) {
+            const auto kind = wanted.find(path);
             const std::int64_t channel_dim = kind != wanted.end() && kind->second == layer_kind::linear ? -1 : 1;
-            if (defined.insert(type).second) {
+            if (first) {
                 module.register_attribute("_versatil_channel_dim", c10::IntType::get(), channel_dim);
                 module.register_attribute("_versatil_output_sum", c10::TensorType::get(), at::zeros({}, at::kDouble));
                 module.register_attribute("_versatil_output_count", c10::IntType::get(), std::int64_t{0});
@@ -100,7 +97,7 @@ public:
                 module.setattr("_versatil_channel_dim", channel_dim);
                 reset_record(module);
             }
-        }
+        });
         instrument(wanted);
     }
 
@@ -131,33 +128,15 @@ public:
     ::torch::jit::Module layer(const std::string& path) const { return layers_.at(path); }
 
 private:
-    // The value a weight argument was read from: through dequantize and quantize ops.
-    static ::torch::jit::Value* weight_source(::torch::jit::Value* value) {
-        for (;;) {
-            const std::string_view kind = value->node()->kind().toQualString();
-            if (kind != "aten::dequantize" && kind != "aten::quantize_per_tensor" && kind != "aten::quantize_per_channel")
-                return value;
-            value = value->node()->input(0);
-        }
-    }
-
     void instrument(const std::map<std::string, layer_kind>& wanted) {
         const auto graph = ::torch::jit::toGraphFunction(model_.get_method("forward").function()).graph();
         ::torch::jit::Inline(*graph);
-        const std::map<const ::torch::jit::Value*, std::string> path_of = module_value_paths(graph);
-        const auto ops = nodes_where(graph, [](const ::torch::jit::Node* node) {
-            return is_quantizable_op(node->kind().toQualString()) && node->inputs().size() >= 2;
-        });
-        for (::torch::jit::Node* op : ops) {
-            ::torch::jit::Node* read = weight_source(op->input(1))->node();
-            if (read->kind() != c10::prim::GetAttr || read->s(c10::attr::name) != "weight") continue;
-            const auto path = path_of.find(read->input());
-            if (path == path_of.end() || wanted.count(path->second) == 0) continue;
-            ::torch::jit::Node* record = graph->create(c10::prim::CallMethod, {read->input(), op->output()});
+        for (const layer_op& found : ops_of_layers(graph, wanted)) {
+            ::torch::jit::Node* record = graph->create(c10::prim::CallMethod, {found.layer, found.op->output()});
             record->s_(c10::attr::name, record_method);
-            record->output()->setType(op->output()->type());
-            record->insertAfter(op);
-            op->output()->replaceAllUsesAfterNodeWith(record, record->output());
+            record->output()->setType(found.op->output()->type());
+            record->insertAfter(found.op);
+            found.op->output()->replaceAllUsesAfterNodeWith(record, record->output());
         }
     }
 
@@ -187,12 +166,8 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
                                        const std::vector<batch>& calibration, InScope&& in_scope,
                                        const bias_correction_options& options = {}) {
     bias_correction_summary summary;
-    std::vector<batch> batches;
-    for (const batch& inputs : calibration) {
-        if (!batches.empty() && summary.samples + inputs.samples() > options.max_samples) break;
-        batches.push_back(inputs);
-        summary.samples += inputs.samples();
-    }
+    const std::vector<batch> batches = leading_batches(calibration, options.max_samples);
+    summary.samples = samples_in(batches);
     std::vector<std::pair<std::string, layer_kind>> layers;
     const layer_graph graph = find_layer_graph(reference);
     for (const weighted_layer& layer : graph.layers) {
@@ -235,10 +210,8 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
 inline void correct_biases_for_targets(converted_model& converted, const std::vector<batch>& batches) {
     const runtime_quantizer& quantizer = converted.plan.quantizer;
     if (!corrects_biases(quantizer) || !converted.float_model) return;
-    const auto target_of = [&](const std::string& path) -> std::optional<std::string> {
-        const std::optional<backend_quantizer> q = quantizer.quantizer_for(path);
-        if (!q || !q->config().bias_correction) return std::nullopt;
-        return std::string(q->module_path);
+    const auto target_of = [&](const std::string& path) {
+        return target_with(quantizer, path, &quantization_config::bias_correction);
     };
     const bias_correction_summary summary = correct_biases(converted.module, *converted.float_model, batches,
                                                            [&](const std::string& path) { return target_of(path).has_value(); });

@@ -36,7 +36,8 @@ inline nlohmann::json to_json(const quantization_config& config) {
             {"bias", to_json(config.bias)},
             {"is_qat", config.is_qat},
             {"cross_layer_equalization", config.cross_layer_equalization},
-            {"bias_correction", config.bias_correction}};
+            {"bias_correction", config.bias_correction},
+            {"gptq", config.gptq}};
 }
 
 // A target as "path", "backend" (exclude_spec for an exclude), "options" and "config".

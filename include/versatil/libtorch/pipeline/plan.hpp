@@ -97,6 +97,15 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
     return plan;
 }
 
+// The module path of the target that quantizes `path`, if that target has the accuracy step
+// `step` (&quantization_config::bias_correction, ...) switched on.
+inline std::optional<std::string> target_with(const runtime_quantizer& quantizer, const std::string& path,
+                                              bool quantization_config::*step) {
+    const std::optional<backend_quantizer> q = quantizer.quantizer_for(path);
+    if (!q || !(q->config().*step)) return std::nullopt;
+    return std::string(q->module_path);
+}
+
 enum class stage { prepared, converted, lowered };
 
 // A model after one stage: prepared (observers in place), converted (quantize/dequantize
@@ -107,8 +116,8 @@ struct staged_model {
     quantization_plan plan;
     std::vector<adjustment> adjustments;
     // prepare's float model (batch norm folded, equalized where cle is on) before observers went
-    // in: what bias correction measures the converted model against. Kept only when a target
-    // corrects biases; lower() drops it.
+    // in: what bias correction measures the converted model against, and what GPTQ takes the
+    // layers' inputs from. Kept only when a target has one of those steps; lower() drops it.
     std::optional<::torch::jit::Module> float_model{};
 };
 

@@ -19,6 +19,7 @@
 #include "versatil/core/quantizer.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/pipeline/bias_correction.hpp"
+#include "versatil/libtorch/pipeline/gptq.hpp"
 #include "versatil/libtorch/pipeline/equalize.hpp"
 #include "versatil/libtorch/pipeline/inference_graph.hpp"
 #include "versatil/libtorch/pipeline/leaf_calls.hpp"
@@ -95,8 +96,9 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
         const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
-        // InsertObservers edits `folded` in place: bias correction's float model is a copy.
-        if (corrects_biases(quantizer)) prepared.float_model = folded.clone();
+        // InsertObservers edits `folded` in place: the float model bias correction and GPTQ
+        // measure on is a copy.
+        if (corrects_biases(quantizer) || rounds_weights(quantizer)) prepared.float_model = folded.clone();
         // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
         // as they are: what it trains is the model the user wrote.
         if (!quantizer.is_qat()) inline_parameterless_leaf_calls(folded, dict);

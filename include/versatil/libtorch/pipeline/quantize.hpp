@@ -90,8 +90,8 @@ inline std::optional<qat_result> calibrate_or_train(prepared_model& prepared, co
     return std::nullopt;
 }
 
-// prepare (with cross-layer equalization), calibrate (or train, for QAT targets), convert,
-// correct biases and lower; dynamic targets straight into the lowered module where the direct
+// prepare (with cross-layer equalization), calibrate (or train, for QAT targets), round weights
+// (GPTQ), convert, correct biases and lower; dynamic targets straight into the lowered module where the direct
 // path covers the model (dynamic.hpp).
 inline quantized run_stages(const ::torch::jit::Module& model, const quantization_plan& plan, const quantize_data& data,
                             const quantize_options& options) {
@@ -102,6 +102,7 @@ inline quantized run_stages(const ::torch::jit::Module& model, const quantizatio
         return {std::move(*direct), std::nullopt, std::nullopt};
     prepared_model prepared = prepare(model, plan);
     std::optional<qat_result> training = calibrate_or_train(prepared, data, options);
+    if (!training) round_weights_for_targets(prepared, data.calibration);
     // Each stage takes over the model of the one before (no copy of the weights) unless the
     // per-layer analysis reads the converted model after lowering.
     converted_model converted = convert(std::move(prepared));
