@@ -1,7 +1,8 @@
 // The calibration methods (the calibration option) on the benchmark models: output SQNR and top-1
 // on the held-out images per method, and the quantize time each takes, for the static
 // configurations of both backends (xnnpack also with per-tensor weights), each method alone and
-// combined with the accuracy steps `cle` and `cle,bias_correction` (issue 12's yardstick takes
+// combined with the accuracy steps `cle`, `cle,bias_correction`, `gptq` and
+// `cle,bias_correction,gptq` (issue 12's yardstick takes
 // the best configuration per model). A combination the backend refuses is recorded with its
 // error instead of figures.
 //
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> bases{"x86_inductor", "xnnpack", "xnnpack:per_tensor"};
     // "" is the backend's default (histogram); naming histogram gives the same observers.
     const std::vector<std::string> methods{"", "minmax", "moving_minmax", "percentile", "entropy", "auto"};
-    const std::vector<std::string> accuracy_steps{"", "cle", "cle,bias_correction"};
+    const std::vector<std::string> accuracy_steps{"", "cle", "cle,bias_correction", "gptq", "cle,bias_correction,gptq"};
     try {
         at::set_num_threads(1);
         const benchmark_data loaded = load_benchmark_data();

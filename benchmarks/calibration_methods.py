@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 METHODS = ["histogram (default)", "minmax", "moving_minmax", "percentile", "entropy", "auto"]
-STEPS = ["", "cle", "cle,bias_correction"]
+STEPS = ["", "cle", "cle,bias_correction", "gptq", "cle,bias_correction,gptq"]
 TITLE = "## Calibration methods"
 
 
@@ -53,7 +53,7 @@ def render(data, peer, versatil):
              f"loose). Method: the four models of the runtime section, trained the same way ({data['steps']} steps, "
              "one thread), each quantized with each `calibration=` method (the first column is the backend default, "
              "the histogram search; naming `calibration=histogram` gives the same observers), alone and combined "
-             "with the accuracy steps `cle` and `cle,bias_correction`; 256 calibration images, SQNR dB of the logits "
+             "with the accuracy steps `cle`, `cle,bias_correction`, `gptq` and `cle,bias_correction,gptq`; 256 calibration images, SQNR dB of the logits "
              "on the 2000 held-out test images. PyTorch: the peer's FX static SQNR on the same weights (checked by "
              "float top-1; its qnnpack qconfig has per-tensor weights, so it stands beside both xnnpack rows).", "",
              "| model | configuration | accuracy steps | " + " | ".join(METHODS) + " | best (method) | PyTorch |",
