@@ -429,10 +429,13 @@ inline void round_weights_for_targets(prepared_model& prepared, const std::vecto
                                                [&](const std::string& path) { return target_of(path).has_value(); });
     for (const backend_quantizer& q : quantizer.quantizers()) {
         if (!q.config().gptq) continue;
-        std::vector<double> ratios;
-        for (const gptq_layer& layer : summary.rounded)
-            if (target_of(layer.path) == std::string(q.module_path) && layer.nearest_error > 0)
-                ratios.push_back(std::min(layer.gptq_error, layer.nearest_error) / layer.nearest_error);
+        std::size_t layers = 0;
+        std::vector<double> ratios;  // of layers whose nearest rounding has any output error
+        for (const gptq_layer& layer : summary.rounded) {
+            if (target_of(layer.path) != std::string(q.module_path)) continue;
+            ++layers;
+            if (layer.nearest_error > 0) ratios.push_back(std::min(layer.gptq_error, layer.nearest_error) / layer.nearest_error);
+        }
         std::sort(ratios.begin(), ratios.end());
         char figures[200] = "";
         if (!ratios.empty())
@@ -440,7 +443,7 @@ inline void round_weights_for_targets(prepared_model& prepared, const std::vecto
                           " (layer output error from rounding, on those samples: median %.2f, largest %.2f of "
                           "round-to-nearest's)",
                           ratios[ratios.size() / 2], ratios.back());
-        prepared.adjustments.push_back({std::string(q.module_path), "gptq: " + std::to_string(ratios.size()) +
+        prepared.adjustments.push_back({std::string(q.module_path), "gptq: " + std::to_string(layers) +
                                                                         " layer(s) rounded on " +
                                                                         std::to_string(summary.samples) +
                                                                         " calibration samples" + figures});
