@@ -233,14 +233,10 @@ TEST_CASE("SQNR with and without cle and bias_correction, where per-tensor weigh
 // The grid LibTorch's convert will quantize a prepared layer's weight on: its weight observer's
 // qparams (the child the plan marks as observing a parameter).
 std::pair<at::Tensor, at::Tensor> weight_qparams(const ::torch::jit::Module& layer) {
-    for (const auto& child : layer.named_children())
-        if (child.value.hasattr("observes_parameter") && child.value.attr("observes_parameter").toBool()) {
-            ::torch::jit::Module observer = child.value;
-            const auto qparams = observer.run_method("calculate_qparams").toTuple();
-            return {qparams->elements()[0].toTensor().to(at::kDouble), qparams->elements()[1].toTensor().to(at::kDouble)};
-        }
-    FAIL("no weight observer on the layer");
-    return {};
+    std::optional<::torch::jit::Module> observer = libtorch::detail::weight_observer(layer);
+    REQUIRE_MESSAGE(observer.has_value(), "no weight observer on the layer");
+    const auto qparams = observer->run_method("calculate_qparams").toTuple();
+    return {qparams->elements()[0].toTensor().to(at::kDouble), qparams->elements()[1].toTensor().to(at::kDouble)};
 }
 
 TEST_CASE("gptq's unfolded inputs times the weight matrix are the convolution") {

@@ -141,7 +141,6 @@ inline at::Tensor unfolded_rows(at::Tensor input, const unfolding& geometry) {
 
 inline constexpr const char* input_record_method = "_versatil_record_input";
 
-
 // Appends the input of the op it is inserted before to the layer's list; returns it unchanged.
 inline constexpr std::string_view input_record_source = R"JIT(
 def _versatil_record_input(self, x: Tensor) -> Tensor:
@@ -167,8 +166,8 @@ public:
         ::torch::jit::Inline(*graph);
         for (const layer_op& found : ops_of_layers(graph, layers)) {
             layer& recorded = layers_.try_emplace(found.path, layer{find_submodule(model_, found.path)}).first->second;
-            const at::Tensor weight = recorded.module.attr("weight").toTensor();
             if (!recorded.skipped.empty()) continue;
+            const at::Tensor weight = recorded.module.attr("weight").toTensor();
             if (weight.dim() > 2) {
                 std::string why_not;
                 const std::optional<unfolding> geometry = conv_unfolding(found.op, weight, why_not);
@@ -212,13 +211,12 @@ public:
     // The layer's H ([groups, width, width]), or why it has none.
     std::optional<at::Tensor> hessian(const std::string& path, std::string& why_not) const {
         const auto found = layers_.find(path);
-        if (found == layers_.end() || !found->second.hessian.defined()) {
-            why_not = found != layers_.end() && !found->second.skipped.empty() ? found->second.skipped
-                                                                                : "the calibration data does not run it";
+        if (found != layers_.end() && !found->second.skipped.empty()) {
+            why_not = found->second.skipped;
             return std::nullopt;
         }
-        if (!found->second.skipped.empty()) {
-            why_not = found->second.skipped;
+        if (found == layers_.end() || !found->second.hessian.defined()) {
+            why_not = "the calibration data does not run it";
             return std::nullopt;
         }
         return found->second.hessian;
