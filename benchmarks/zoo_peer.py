@@ -11,7 +11,8 @@ Where PyTorch fails, the table says so.
 
 Writes benchmarks/results/architectures.json and the "Architectures" section of
 benchmarks/RESULTS.md (report.py renders that section again, with render(), when it rewrites
-the file).
+the file). A run limited by --only replaces those models' rows and keeps the others, with the
+commands that measured them.
 
 With --methods, the static rows only, each quantized with every calibration method of the
 issue's target, alone and with the accuracy steps (cle; cle,bias_correction), and PyTorch's
@@ -142,7 +143,8 @@ def number(value, digits=2):
 def render(data):
     """The "Architectures" section of RESULTS.md."""
     lines = ["## Architectures", "",
-             f"Command: `{data['command']}` ({data['date']}). The zoo of `tests/zoo/make_zoo.py` (torchvision's "
+             "Command: " + "; ".join(f"`{run['command']}` ({run['date']})" for run in data.get("earlier", []) + [data])
+             + ". The zoo of `tests/zoo/make_zoo.py` (torchvision's "
              "classifiers at a small size with random weights made to look trained, 64x64 Fashion-MNIST images; "
              "hand-written models with repeated blocks, token ids, tuple and dict outputs, two inputs), each file "
              "quantized by versatil-quantize and by PyTorch's graph mode on the same file and batches: "
@@ -457,6 +459,13 @@ def main():
                     rows.append(row)
     data = {"command": f"benchmarks/zoo_peer.py --cli {args.cli}" + (f" --only {args.only}" if args.only else ""),
             "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
+    if args.only and RESULTS.exists():
+        # A run of some models replaces their rows, in place, and keeps every other row.
+        stored = json.loads(RESULTS.read_text())
+        fresh = {(r["model"], r["backend"], r["mode"]): r for r in rows}
+        merged = [fresh.pop((r["model"], r["backend"], r["mode"]), r) for r in stored["rows"]] + list(fresh.values())
+        earlier = stored.get("earlier", []) + [{"command": stored["command"], "date": stored["date"]}]
+        data = {**data, "rows": merged, "earlier": earlier}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1, default=str) + "\n")
     write_results_section(render(data))

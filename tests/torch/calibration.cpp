@@ -6,11 +6,14 @@
 #include "doctest_with_torch.hpp"
 #include "torch_test_helpers.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "versatil/libtorch.hpp"
+#include "versatil/libtorch/files/data_file.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;
@@ -317,5 +320,111 @@ TEST_CASE("entropy calibration gives the same histogram and range whatever the o
         double narrowest = std::numeric_limits<double>::infinity();
         for (const at::Tensor& x : *values) narrowest = std::min(narrowest, width(entropy_observed({x})));
         CHECK(narrowest < width(natural));
+    }
+}
+
+namespace {
+
+// A conv whose output `readers` reads (TorchScript over `y`), one class per case.
+::torch::jit::Module conv_read_by(const std::string& readers, int index) {
+    ::torch::jit::Module model("__torch__.versatil.tests.ConvReadBy" + std::to_string(index));
+    model.register_module("conv", conv2d(1, 4, 3, 1));
+    model.define("def forward(self, x):\n    y = self.conv.forward(x)\n    return " + readers + "\n");
+    model.eval();
+    return model;
+}
+
+// The running [min, max] of every per-tensor observer of `prepared`.
+std::vector<std::pair<double, double>> observed_ranges(const ::torch::jit::Module& prepared) {
+    std::vector<std::pair<double, double>> ranges;
+    for (const auto& item : prepared.named_modules()) {
+        if (!item.value.hasattr("min_val") || item.value.attr("min_val").toTensor().dim() != 0) continue;
+        ranges.emplace_back(item.value.attr("min_val").toTensor().item<double>(),
+                            item.value.attr("max_val").toTensor().item<double>());
+    }
+    return ranges;
+}
+
+}  // namespace
+
+TEST_CASE("an observed value that only clamps read is observed as they see it; one that others read too is not") {
+    const std::vector<batch> calibration = split_batches(versatil::testing::smooth_images(16, 5) * 20.0, 8);
+    struct reader_case {
+        const char* readers;
+        double low, high;  // what the observer sees of the conv's output
+        int clamped;
+    };
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    const std::vector<reader_case> cases{
+        {"torch.hardtanh(y, 0.0, 6.0)", 0.0, 6.0, 1},
+        {"torch.clamp(y, -1.0, 2.0)", -1.0, 2.0, 1},
+        {"torch.hardtanh(y, -2.0, 0.5)", -2.0, 0.5, 1},
+        {"torch.hardswish(y)", -3.0, inf, 1},
+        {"torch.hardsigmoid(y)", -3.0, 3.0, 1},
+        // Two clamps: the hull of what they keep.
+        {"(torch.clamp(y, -1.0, 2.0), torch.clamp(y, 0.0, 4.0))", -1.0, 4.0, 1},
+        // ReLU6 keeps [0, 6], but the add reads all of y.
+        {"torch.hardtanh(y, 0.0, 6.0) + y", -inf, inf, 0},
+        // A bound the graph computes is not a constant.
+        {"torch.clamp(y, -1.0, y.mean().item())", -inf, inf, 0}};
+    int index = 0;
+    for (const reader_case& c : cases) {
+        const std::string readers = c.readers;
+        CAPTURE(readers);
+        const ::torch::jit::Module model = conv_read_by(c.readers, index++);
+        at::Tensor low = at::full({}, inf), high = at::full({}, -inf);
+        for (const batch& b : calibration) {
+            const at::Tensor y = versatil::testing::run(model.attr("conv").toModule(), b.input(0));
+            low = at::minimum(low, y.min());
+            high = at::maximum(high, y.max());
+        }
+        REQUIRE(low.item<double>() < -3.0);  // the conv's output reaches beyond every clamp here
+        REQUIRE(high.item<double>() > 6.0);
+        for (const std::string spec : {"x86_inductor", "xnnpack", "xnnpack:calibration=minmax"}) {
+            CAPTURE(spec);
+            prepared_model prepared = prepare(model, versatil::testing::whole_model(spec));
+            CHECK(clamped_observations(prepared.module) == c.clamped);
+            calibrate(prepared, calibration);
+            const std::pair<double, double> expected{std::max(low.item<double>(), c.low),
+                                                     std::min(high.item<double>(), c.high)};
+            const std::vector<std::pair<double, double>> ranges = observed_ranges(prepared.module);
+            // The histogram's running range rounds outward when a batch widens it, so the
+            // unclamped output's range is exact only under min-max calibration.
+            if (c.clamped || spec.ends_with("minmax"))
+                CHECK(std::find(ranges.begin(), ranges.end(), expected) != ranges.end());
+            // Convert observes the value itself again, whether it copies the prepared model or not.
+            const converted_model copied = convert(prepared);
+            CHECK(clamped_observations(copied.module) == 0);
+            CHECK(clamped_observations(prepared.module) == c.clamped);
+            CHECK(clamped_observations(convert(std::move(prepared)).module) == 0);
+        }
+    }
+}
+
+TEST_CASE("ReLU6's inputs quantized on what ReLU6 keeps: torchvision's MobileNetV2 gains, its convs still quantized") {
+    const ::torch::jit::Module model = load_model(versatil::testing::zoo() / "mobilenet_v2.pt");
+    const quantize_data data = batches_of(load_data_file(versatil::testing::zoo() / "mobilenet_v2.data.pt"), 16);
+    const model_outputs reference = run_batches(model, data.evaluation);
+    for (const std::string spec : {"x86_inductor", "xnnpack"}) {
+        CAPTURE(spec);
+        // clamped: as quantize() runs; unclamped: every observer reads the value itself.
+        const auto quantized = [&](bool clamped) {
+            prepared_model prepared = prepare(model, versatil::testing::whole_model(spec));
+            // torchvision's MobileNetV2 has 35 ReLU6, each reading a convolution alone.
+            CHECK(clamped_observations(prepared.module) == 35);
+            if (!clamped) restore_observed_values(prepared.module);
+            calibrate(prepared, data.calibration, {false});
+            return lower(convert(std::move(prepared)), {.sample = data.calibration.front(), .threads = 1});
+        };
+        const lowered_model clamped = quantized(true), unclamped = quantized(false);
+        const engine_scope engine(engine_settings{clamped.plan.engine, 1, std::nullopt});
+        const double clamped_db = compare_outputs(reference, run_batches(clamped.module, data.evaluation)).overall.sqnr_db;
+        const double unclamped_db = compare_outputs(reference, run_batches(unclamped.module, data.evaluation)).overall.sqnr_db;
+        MESSAGE(spec << ": SQNR " << unclamped_db << " dB with ReLU6's inputs observed whole, " << clamped_db
+                     << " dB observed as ReLU6 sees them");
+        CHECK(clamped_db > unclamped_db + 0.5);
+        CHECK(versatil::testing::count_kind(clamped.module, "quantized::conv2d") ==
+              versatil::testing::count_kind(unclamped.module, "quantized::conv2d"));
+        CHECK(versatil::testing::count_kind(clamped.module, "quantized::conv2d") > 40);
     }
 }

@@ -36,6 +36,7 @@ namespace {
 
 using versatil::testing::backend;
 using versatil::testing::compose;
+using versatil::testing::zoo;
 
 lowering_options lowering_for(const std::vector<batch>& calibration) {
     return {.sample = calibration.front(), .threads = 1};
@@ -120,21 +121,6 @@ std::string saved_form(const ::torch::jit::Module& module) {
 void check_same_outputs(const model_outputs& a, const model_outputs& b) {
     REQUIRE(a.tensors.size() == b.tensors.size());
     for (std::size_t i = 0; i < a.tensors.size(); ++i) CHECK(at::equal(a.tensors[i], b.tensors[i]));
-}
-
-// The zoo models (tests/zoo/make_zoo.py), written once for this process by Debian's python3-torch.
-const fs::path& zoo() {
-    static const versatil::testing::scratch_directory directory("versatil-shortcuts-zoo-");
-    static const bool written = [] {
-        versatil::testing::require_python_torch();
-        const std::string command = std::string(versatil::testing::torch_python) + " " VERSATIL_SOURCE_ROOT
-                                    "/tests/zoo/make_zoo.py " + directory.path.string() +
-                                    " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small > /dev/null";
-        return std::system(command.c_str()) == 0;
-    }();
-    REQUIRE_MESSAGE(written, "tests/zoo/make_zoo.py failed (it needs python3-torch, python3-torchvision and "
-                             "dataset-fashion-mnist: tools/install-deps)");
-    return directory.path;
 }
 
 }  // namespace

@@ -123,6 +123,22 @@ inline void require_python_torch() {
                     missing);
 }
 
+// The zoo models the LibTorch tests load (tests/zoo/make_zoo.py: torchvision's classifiers and
+// hand-written models, scripted by Debian's python3-torch), written once per process.
+inline const std::filesystem::path& zoo() {
+    static const scratch_directory directory("versatil-test-zoo-");
+    static const bool written = [] {
+        require_python_torch();
+        const std::string command = std::string(torch_python) + " " VERSATIL_SOURCE_ROOT "/tests/zoo/make_zoo.py " +
+                                    directory.path.string() +
+                                    " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small,mobilenet_v2 > /dev/null";
+        return std::system(command.c_str()) == 0;
+    }();
+    REQUIRE_MESSAGE(written, "tests/zoo/make_zoo.py failed (it needs python3-torch, python3-torchvision and "
+                             "dataset-fashion-mnist: tools/install-deps)");
+    return directory.path;
+}
+
 // Fashion-MNIST as the quantize flow takes it: calibration from training images the test set
 // never sees, the test set (with labels) for evaluation, the training set for QAT.
 inline libtorch::quantize_data fashion_mnist_data(const libtorch::dataset& train, const libtorch::dataset& test) {

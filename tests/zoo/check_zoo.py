@@ -3,7 +3,8 @@
 make_zoo.py x {x86_inductor, xnnpack} x {static, dynamic}. Each run must end in a report
 (exit 0) whose op counts are the truth, or in a typed error (exit 2) naming what this LibTorch
 cannot quantize; never a crash, never a backtrace. A few models again with the gptq option,
-whose every quantized layer must be rounded.
+whose every quantized layer must be rounded. Every ReLU6 / hardtanh of a saved static model that
+reads a quantized conv, linear or add must read a grid within its own interval.
 
 The truth is measured in Python, independently of versatil: the float model's conv/linear ops
 are counted by PyTorch's profiler on one forward (make_zoo.py), and the quantized ops by
@@ -59,6 +60,35 @@ def quantized_ops_in(saved, data_file, engine):
                and "prepack" not in e.name and "unpack" not in e.name)
 
 
+def clamps_reading_wider_ranges(saved):
+    """The ReLU6 / hardtanh nodes of the saved model that read a quantized conv, linear or add
+    output whose grid reaches beyond the clamp's interval by more than one step: versatil
+    observes a value only clamps read as they see it, so its 256 levels lie within the clamp."""
+    graph = torch.jit.load(str(saved)).forward.graph
+    nodes = list(graph.nodes())
+    quantize = [n for n in nodes if n.kind() == "aten::quantize_per_tensor"]
+    if not quantize:
+        return []
+    # The activations' dtype, as the model's input is quantized: quint8 0..255 or qint8 -128..127.
+    # (A dtype constant reads back as its ScalarType code, 13 for quint8.)
+    lowest_level = 0 if list(quantize[0].inputs())[3].toIValue() in (torch.quint8, 13) else -128
+    wider = []
+    for node in nodes:
+        if node.kind() not in ("aten::hardtanh", "aten::hardtanh_"):
+            continue
+        inputs = list(node.inputs())
+        producer = inputs[0].node()
+        if producer.kind() not in ("quantized::conv2d", "quantized::linear", "quantized::add"):
+            continue
+        low, high = (i.toIValue() for i in inputs[1:3])
+        scale, zero_point = (i.toIValue() for i in list(producer.inputs())[2:4])
+        bottom = (lowest_level - zero_point) * scale
+        if bottom < low - scale or bottom + 255 * scale > high + scale:
+            wider.append(f"{producer.kind()} output on [{bottom:.3g}, {bottom + 255 * scale:.3g}] read by "
+                         f"hardtanh({low}, {high})")
+    return wider
+
+
 def run_case(cli, zoo, entry, backend, mode, scratch, keep, options=""):
     name = entry["name"]
     label = f"{name} {backend} {mode}" + (f" {options}" if options else "")
@@ -91,6 +121,8 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep, options=""):
         problems.append(f"quantized_ops {report['quantized_ops']}, the saved model runs {measured}")
     if report["sqnr_db"] is not None and not report["sqnr_db"] > 0:
         problems.append(f"SQNR {report['sqnr_db']} dB: the quantized model does not track the float one")
+    if mode == "static":
+        problems += clamps_reading_wider_ranges(out_path)
     if "gptq" in options:
         notes = [a["change"] for a in report["adjustments"]]
         rounded = [n for n in notes if n.startswith("gptq: ") and "layer(s) rounded on" in n]

@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "versatil/libtorch/pipeline/clamped_observation.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
 
 namespace versatil::libtorch {
@@ -17,7 +18,10 @@ namespace detail {
 
 inline converted_model convert(prepared_model prepared, bool in_place) {
     try {
-        ::torch::jit::Module converted = ::torch::jit::InsertQuantDeQuant(prepared.module, "forward", in_place,
+        // The observers' own inputs back (clamped_observation.hpp), on the copy unless in place.
+        ::torch::jit::Module observed = in_place ? prepared.module : prepared.module.clone();
+        restore_observed_values(observed);
+        ::torch::jit::Module converted = ::torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/true,
                                                                           /*debug=*/false, prepared.plan.quant_type);
         return {std::move(converted), std::move(prepared.plan), std::move(prepared.adjustments),
                 std::move(prepared.float_model)};

@@ -19,6 +19,7 @@
 #include "versatil/core/quantizer.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/pipeline/bias_correction.hpp"
+#include "versatil/libtorch/pipeline/clamped_observation.hpp"
 #include "versatil/libtorch/pipeline/gptq.hpp"
 #include "versatil/libtorch/pipeline/equalize.hpp"
 #include "versatil/libtorch/pipeline/inference_graph.hpp"
@@ -108,6 +109,11 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
             if (depth != depths.back()) continue;
             throw error(error_kind::unsupported_model, "LibTorch cannot place observers in this model: " + one_line(failure));
         }
+        if (const int clamped = clamp_observed_values(prepared.module); clamped > 0)
+            adjustments.push_back({"", std::to_string(clamped) +
+                                           " value(s) read only by clamps (ReLU6, hardtanh, clamp, ReLU, hardswish, "
+                                           "hardsigmoid) observed as the clamp sees them, so their range skips what "
+                                           "it cuts off"});
         if (changes.fast_paths > 0)
             adjustments.push_back({"", std::to_string(changes.fast_paths) +
                                            " fused inference fast path(s) (nn.TransformerEncoderLayer, "
