@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "architectures.json"
 METHODS_RESULTS = ROOT / "benchmarks" / "results" / "architecture_methods.json"
+FLOOR_RESULTS = ROOT / "benchmarks" / "results" / "architecture_floor.json"
 METHODS_TITLE = "## Architectures per calibration method"
 ENGINE = {"x86_inductor": "onednn", "xnnpack": "qnnpack"}
 CALIBRATION_ROWS = 32  # as versatil-quantize splits a data file
@@ -367,7 +368,45 @@ def mechanism_lines(data, methods):
             "and xnnpack's convolutions) already fit. On x86_inductor PyTorch's onednn default qconfig is the same "
             "scheme as versatil's default (per-channel weights, histogram activations), so the two differ only in the "
             "ranges chosen; on xnnpack its qnnpack qconfig quantizes weights per tensor, versatil's convolution "
-            "weights per channel.", ""] + gptq_lines
+            "weights per channel.", ""] + gptq_lines + render_floor(rows)
+
+
+def render_floor(rows):
+    """The activation-noise ceiling of x86_inductor's rows (zoo_floor.py), if it was measured."""
+    if not FLOOR_RESULTS.exists():
+        return []
+    floor = json.loads(FLOOR_RESULTS.read_text())
+    by_model = {row["model"]: row for row in rows if row["backend"] == "x86_inductor"}
+    lines = [f"What weights can still gain on x86_inductor. Command: `{floor['command']}` ({floor['date']}, "
+             f"{floor['seconds']} s). Each classifier rebuilt as its zoo file was made (checked against the file's "
+             "outputs) and fake-quantized with PyTorch's FX in x86_inductor's scheme: weights alone (int8 per channel, "
+             "nearest), activations alone (quint8 per tensor, float weights; ranges by the histogram search, the "
+             "default, and by min-max), both (histogram). With float weights, the activations' grids alone cap what "
+             "any method that changes weights (gptq, bias correction, equalization) can reach with those ranges. "
+             "The cap column is the higher of the two; `auto`, `percentile` and `entropy` have no FX counterpart, and "
+             "the last column gives what the best of every method gained over the histogram on the full "
+             "quantization (no accuracy steps), for the rows where another method's ranges might lift the cap.", "",
+             "| model | weights only | activations only (histogram) | activations only (min-max) | both | "
+             "PyTorch `quantize_jit` | PyTorch + 3 | versatil best | cap ≥ PyTorch + 3 | best method's gain (full) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    cell = lambda v: "—" if v is None else f"{v:.2f}"
+    for row in floor["rows"]:
+        if "skipped" in row:
+            lines.append(f"| {row['model']} | skipped: {row['skipped']} | | | | | | | | |")
+            continue
+        measured = by_model.get(row["model"])
+        pytorch = measured["pytorch"].get("sqnr_db") if measured else None
+        best = max((r["sqnr_db"] for r in measured["runs"] if "sqnr_db" in r), default=None) if measured else None
+        plain = {r["method"]: r["sqnr_db"] for r in measured["runs"] if not r["accuracy_steps"] and "sqnr_db" in r} if measured else {}
+        default = next((v for m, v in plain.items() if m.endswith("(default)")), None)
+        gain = (f"{max(plain.values()) - default:+.2f} ({max(plain, key=plain.get)})" if plain and default is not None else "—")
+        cap = max(row["activations_only_db"], row["minmax_activations_only_db"])
+        lines.append(f"| {row['model']} | {row['weights_only_db']:.2f} | {row['activations_only_db']:.2f} | "
+                     f"{row['minmax_activations_only_db']:.2f} | {row['both_db']:.2f} | {cell(pytorch)} | "
+                     f"{cell(None if pytorch is None else pytorch + 3)} | {cell(best)} | " +
+                     ("—" if pytorch is None else "yes" if cap >= pytorch + 3 else f"**no** ({cap - pytorch - 3:+.2f})") +
+                     f" | {gain} |")
+    return lines + [""]
 
 
 def sweep(args, zoo, scratch):
