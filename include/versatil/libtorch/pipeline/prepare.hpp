@@ -5,7 +5,8 @@
 // (plan.hpp): each target's subtree gets its backend's QConfig, an Exclude's subtree none,
 // everything outside every target none. Targets with the cle option
 // have their layer chains equalized between the two (equalize.hpp); where a target corrects
-// biases, the float model observed is kept for it (bias_correction.hpp).
+// biases, the float model observed is kept for it (bias_correction.hpp). An observer whose value
+// only clamps read then sees it clamped (clamped_observation.hpp; convert undoes that).
 #pragma once
 
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
