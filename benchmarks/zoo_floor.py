@@ -11,8 +11,7 @@ file's), then fake-quantized with PyTorch's FX (prepare_fx), the way PyTorch's o
 simulate a scheme: x86_inductor's activations (quint8 0..255, per tensor, HistogramObserver;
 alone also with MinMaxObserver) and weights (int8 per channel, symmetric, nearest rounding),
 each alone and both. Models FX
-cannot trace, or whose layers FX quantizes with fixed qparams (sigmoid, hardsigmoid), are left
-out (--only names them anyway, as skipped rows). Writes benchmarks/results/architecture_floor.json; zoo_peer.render_methods() puts it in
+cannot trace are left out (--only names them anyway, as skipped rows). Writes benchmarks/results/architecture_floor.json; zoo_peer.render_methods() puts it in
 RESULTS.md beside PyTorch's and versatil's best SQNR from architecture_methods.json.
 Needs Debian's python3-torch, python3-torchvision and dataset-fashion-mnist."""
 import argparse
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.ao.quantization import QConfig, QConfigMapping, HistogramObserver, MinMaxObserver, default_per_channel_weight_observer
+from torch.ao.quantization.qconfig_mapping import _FIXED_QPARAMS_OP_TO_OBSERVER
 from torch.ao.quantization.quantize_fx import fuse_fx, prepare_fx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +36,9 @@ import make_zoo  # noqa: E402
 
 FLOOR_RESULTS = ROOT / "benchmarks" / "results" / "architecture_floor.json"
 # The classifiers FX traces whose activations FX and LibTorch's graph mode observe alike: not
-# MobileNetV2, whose conv outputs FX observes before ReLU6 and versatil as ReLU6 sees them.
-MODELS = ["resnet18", "resnext", "squeezenet", "densenet", "mnasnet"]
+# MobileNetV2 or MobileNetV3, whose conv outputs FX observes before ReLU6 / hardswish and
+# versatil as those see them.
+MODELS = ["resnet18", "resnext", "squeezenet", "densenet", "mnasnet", "regnet"]
 
 
 def sqnr(reference, actual):
@@ -73,7 +74,11 @@ def activations_quantized(model, calibration, observer=HistogramObserver):
     weights."""
     activation = torch.ao.quantization.FakeQuantize.with_args(observer=observer, quant_min=0, quant_max=255,
                                                               dtype=torch.quint8, reduce_range=False)
+    # PyTorch's own mapping for the ops FX quantizes with fixed qparams (sigmoid, hardsigmoid,
+    # tanh), as graph mode does too; x86_inductor's spec everywhere else.
     mapping = QConfigMapping().set_global(QConfig(activation=activation, weight=default_per_channel_weight_observer))
+    for op, observer in _FIXED_QPARAMS_OP_TO_OBSERVER.items():
+        mapping.set_object_type(op, QConfig(activation=observer, weight=default_per_channel_weight_observer))
     prepared = prepare_fx(copy.deepcopy(model), mapping, (calibration[:2],))
     prepared.apply(torch.ao.quantization.disable_fake_quant)
     with torch.no_grad():
