@@ -10,14 +10,13 @@ file was made (the script checks the rebuilt model's outputs against the saved T
 file's), then fake-quantized with PyTorch's FX (prepare_fx), the way PyTorch's own tools
 simulate a scheme: x86_inductor's activations (quint8 0..255, per tensor, HistogramObserver;
 alone also with MinMaxObserver) and weights (int8 per channel, symmetric, nearest rounding),
-each alone and both. Models FX
-cannot trace are left out (--only names them anyway, as skipped rows). Writes benchmarks/results/architecture_floor.json; zoo_peer.render_methods() puts it in
+each alone and both. Models FX cannot trace are left out (--only names them anyway, as skipped
+rows). Writes benchmarks/results/architecture_floor.json; zoo_peer.render_methods() puts it in
 RESULTS.md beside PyTorch's and versatil's best SQNR from architecture_methods.json.
 Needs Debian's python3-torch, python3-torchvision and dataset-fashion-mnist."""
 import argparse
 import copy
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -33,17 +32,11 @@ from torch.ao.quantization.quantize_fx import fuse_fx, prepare_fx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "zoo"))
 import make_zoo  # noqa: E402
-
-FLOOR_RESULTS = ROOT / "benchmarks" / "results" / "architecture_floor.json"
+from zoo_peer import FLOOR_RESULTS, METHODS_RESULTS, render_methods, sqnr_db, write_results_section  # noqa: E402
 # The classifiers FX traces whose activations FX and LibTorch's graph mode observe alike: not
 # MobileNetV2 or MobileNetV3, whose conv outputs FX observes before ReLU6 / hardswish and
 # versatil as those see them.
 MODELS = ["resnet18", "resnext", "squeezenet", "densenet", "mnasnet", "regnet"]
-
-
-def sqnr(reference, actual):
-    noise = (reference.double() - actual.double()).pow(2).sum().item()
-    return 10 * math.log10(reference.double().pow(2).sum().item() / noise) if noise else math.inf
 
 
 def rebuilt(name, calibration):
@@ -98,11 +91,11 @@ def measure(name, zoo, calibration, test):
         sys.exit(f"{name}: the rebuilt model's outputs differ from the zoo file's")
     fused = fuse_fx(copy.deepcopy(model))
     with torch.no_grad():
-        weights_only = sqnr(reference, weights_rounded(fused)(test))
-        activations_only = sqnr(reference, activations_quantized(fused, calibration)(test))
+        weights_only = sqnr_db(reference, weights_rounded(fused)(test))
+        activations_only = sqnr_db(reference, activations_quantized(fused, calibration)(test))
         # The same with min-max ranges (calibration=minmax), the best method on some rows.
-        minmax_activations_only = sqnr(reference, activations_quantized(fused, calibration, MinMaxObserver)(test))
-        both = sqnr(reference, activations_quantized(weights_rounded(fused), calibration)(test))
+        minmax_activations_only = sqnr_db(reference, activations_quantized(fused, calibration, MinMaxObserver)(test))
+        both = sqnr_db(reference, activations_quantized(weights_rounded(fused), calibration)(test))
     return {"model": name, "weights_only_db": weights_only, "activations_only_db": activations_only,
             "minmax_activations_only_db": minmax_activations_only, "both_db": both}
 
@@ -130,7 +123,6 @@ def main():
     data = {"command": "benchmarks/zoo_floor.py" + (f" --only {args.only}" if args.only else ""),
             "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": round(time.monotonic() - started), "rows": rows}
     FLOOR_RESULTS.write_text(json.dumps(data, indent=1) + "\n")
-    from zoo_peer import METHODS_RESULTS, render_methods, write_results_section
     if METHODS_RESULTS.exists():
         write_results_section(render_methods(json.loads(METHODS_RESULTS.read_text())))
 

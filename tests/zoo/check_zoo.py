@@ -41,10 +41,14 @@ GPTQ = {"regnet", "mobilenet_v3_small", "vit", "text", "two_inputs"}
 TORCH_STATE = threading.Lock()  # the quantized engine and the profiler are process-wide
 
 
-def quantized_ops_in(saved, data_file, engine):
-    """Quantized conv/linear ops one forward of the saved model runs, by PyTorch's profiler."""
+def load_quantized(saved, engine):
+    """The saved model, loaded under its engine (unpickling repacks the weights for it)."""
     torch.backends.quantized.engine = engine
-    model = torch.jit.load(str(saved))
+    return torch.jit.load(str(saved))
+
+
+def quantized_ops_in(model, data_file):
+    """Quantized conv/linear ops one forward of the loaded model runs, by PyTorch's profiler."""
     data = torch.jit.load(str(data_file))
     if hasattr(data, "test"):
         inputs = (data.test[:2],)
@@ -60,11 +64,11 @@ def quantized_ops_in(saved, data_file, engine):
                and "prepack" not in e.name and "unpack" not in e.name)
 
 
-def clamps_reading_wider_ranges(saved):
+def clamps_reading_wider_ranges(model):
     """The ReLU6 / hardtanh nodes of the saved model that read a quantized conv, linear or add
     output whose grid reaches beyond the clamp's interval by more than one step: versatil
     observes a value only clamps read as they see it, so its 256 levels lie within the clamp."""
-    graph = torch.jit.load(str(saved)).forward.graph
+    graph = model.forward.graph
     nodes = list(graph.nodes())
     quantize = [n for n in nodes if n.kind() == "aten::quantize_per_tensor"]
     if not quantize:
@@ -116,13 +120,14 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep, options=""):
         problems.append(f"quantizable_ops {report['quantizable_ops']}, the float model runs {expected}")
     metadata_engine = report["engine"]
     with TORCH_STATE:
-        measured = quantized_ops_in(out_path, zoo / entry["data"], ENGINES.get(metadata_engine, metadata_engine))
+        saved = load_quantized(out_path, ENGINES.get(metadata_engine, metadata_engine))
+        measured = quantized_ops_in(saved, zoo / entry["data"])
     if report["quantized_ops"] != measured:
         problems.append(f"quantized_ops {report['quantized_ops']}, the saved model runs {measured}")
     if report["sqnr_db"] is not None and not report["sqnr_db"] > 0:
         problems.append(f"SQNR {report['sqnr_db']} dB: the quantized model does not track the float one")
     if mode == "static":
-        problems += clamps_reading_wider_ranges(out_path)
+        problems += clamps_reading_wider_ranges(saved)
     if "gptq" in options:
         notes = [a["change"] for a in report["adjustments"]]
         rounded = [n for n in notes if n.startswith("gptq: ") and "layer(s) rounded on" in n]
