@@ -95,6 +95,15 @@ inline std::vector<libtorch::batch> smooth_batches(std::int64_t batches, std::in
     return libtorch::split_batches(smooth_images(batches * rows, seed), rows);
 }
 
+// The layers whose output the model returns in float (float_model_outputs.hpp: x86_inductor's
+// static targets), as the report lists them.
+inline std::vector<std::string> float_output_layers(const libtorch::quantization_report& report) {
+    std::vector<std::string> layers;
+    for (const libtorch::adjustment& a : report.adjustments)
+        if (a.change.find("output the model returns kept in float") != std::string::npos) layers.push_back(a.module_path);
+    return layers;
+}
+
 // How many nodes of a kind the (frozen, inlined) forward graph holds.
 inline int count_kind(const ::torch::jit::Module& module, const std::string& kind) {
     int count = 0;

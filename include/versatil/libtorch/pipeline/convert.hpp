@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "versatil/libtorch/pipeline/clamped_observation.hpp"
+#include "versatil/libtorch/pipeline/float_model_outputs.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
 
 namespace versatil::libtorch {
@@ -23,6 +24,8 @@ inline converted_model convert(prepared_model prepared, bool in_place) {
         restore_observed_values(observed);
         ::torch::jit::Module converted = ::torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/true,
                                                                           /*debug=*/false, prepared.plan.quant_type);
+        for (adjustment& layer : leave_model_outputs_float(converted, prepared.plan))
+            prepared.adjustments.push_back(std::move(layer));
         return {std::move(converted), std::move(prepared.plan), std::move(prepared.adjustments),
                 std::move(prepared.float_model)};
     } catch (const std::exception& failure) {

@@ -2,8 +2,10 @@
 // engine scope (so the process is left as it was, even when lowering throws). LibTorch's
 // Finalize packs the weights for the engine, fuses quantize/dequantize pairs with conv and
 // linear (and a following relu) into quantized ops, and freezes the module; add + relu is
-// then fused into quantized::add_relu. One forward on a sample proves the engine runs it:
-// some unsupported configurations only fail there.
+// then fused into quantized::add_relu. A weight left to a float kernel (a layer whose output the
+// model returns in float, float_model_outputs.hpp) is unpacked once here, not on every forward.
+// One forward on a sample proves the engine runs it: some unsupported configurations only fail
+// there.
 #pragma once
 
 #include <torch/csrc/jit/passes/quantization/finalize.h>
@@ -17,6 +19,7 @@
 
 #include "versatil/libtorch/pipeline/calibrate.hpp"
 #include "versatil/libtorch/pipeline/convert.hpp"
+#include "versatil/libtorch/pipeline/dequantize_tuples.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/pipeline/graph_walk.hpp"
 #include "versatil/libtorch/pipeline/lowering.hpp"
@@ -24,31 +27,6 @@
 namespace versatil::libtorch {
 
 namespace detail {
-
-// LibTorch 1.13's quantization passes move a dequantize past the TupleConstruct of a model
-// returning several quantized tensors, leaving aten::dequantize applied to the tuple: it runs
-// (as dequantize of a list, returning a list), but the saved model no longer loads ("annotated
-// as having type Tuple[Tensor, Tensor] but is actually of type List[Tensor]"). Each such node
-// becomes a dequantize per item, packed into the tuple again.
-inline void dequantize_tuples_item_by_item(const std::shared_ptr<::torch::jit::Graph>& graph) {
-    const auto wrong = nodes_where(graph, [](const ::torch::jit::Node* node) {
-        return node->kind() == c10::aten::dequantize && node->inputs().size() == 1 &&
-               node->input()->type()->kind() == c10::TypeKind::TupleType;
-    });
-    for (::torch::jit::Node* node : wrong) {
-        const ::torch::jit::WithInsertPoint here(node);
-        ::torch::jit::Node* unpack = graph->insertNode(graph->createTupleUnpack(node->input()));
-        std::vector<::torch::jit::Value*> items;
-        for (::torch::jit::Value* item : unpack->outputs()) {
-            ::torch::jit::Node* dequantize = graph->insertNode(graph->create(c10::aten::dequantize, {item}));
-            dequantize->output()->setType(c10::TensorType::get());
-            items.push_back(dequantize->output());
-        }
-        ::torch::jit::Node* tuple = graph->insertNode(graph->createTuple(items));
-        node->output()->replaceAllUsesWith(tuple->output());
-        node->destroy();
-    }
-}
 
 // Each clamp (hardtanh, ReLU6, clamp) of the lowered graph reads a contiguous copy of its input;
 // an in-place one then writes the copy, so later readers of its input read its output. Returns
@@ -147,6 +125,7 @@ inline lowered_model lower(const converted_model& converted, bool in_place, cons
         auto graph = lowered.get_method("forward").graph();
         ::torch::jit::FuseQuantizedAddRelu(graph);
         detail::dequantize_tuples_item_by_item(graph);
+        unpack_weights_once(lowered);
         for (const backend_quantizer& q : plan.quantizer.quantizers()) {
             const std::string_view because = lowering_of(*q.backend).clamps_read_contiguous_copies_because;
             if (because.empty()) continue;

@@ -35,16 +35,26 @@ struct lowering_traits {
     // wrong layout: why. lower() then gives each clamp a contiguous copy of its input, and the
     // report gives this reason.
     std::string_view clamps_read_contiguous_copies_because = {};
+    // Set when the backend's quantizer leaves a conv / linear output unquantized unless a
+    // quantized op reads it, so the model's own outputs stay in float: why, and what runs them.
+    // convert() then returns those layers' outputs unrounded (float_model_outputs.hpp).
+    std::string_view model_outputs_stay_float_because = {};
 };
 
 // No definition: a backend without a specialization has no LibTorch lowering.
 template <template <auto...> class Policy>
 struct lowering;
 
-// x86_inductor lowers to oneDNN (uint8 activations).
+// x86_inductor lowers to oneDNN (uint8 activations). X86InductorQuantizer annotates a conv /
+// linear pattern's inputs, not its output; XNNPACKQuantizer (and CMSIS-NN) quantize outputs.
 template <>
 struct lowering<X86Inductor> {
-    static constexpr lowering_traits traits{at::QEngine::ONEDNN};
+    static constexpr lowering_traits traits{
+        .engine = at::QEngine::ONEDNN,
+        .model_outputs_stay_float_because =
+            "X86InductorQuantizer quantizes a conv / linear output only where a quantized op reads it; "
+            "LibTorch 1.13 has no int8 kernel with a float output, so the layer runs a float kernel on "
+            "its int8 input and weights, dequantized"};
 };
 
 // xnnpack lowers to QNNPACK, whose int8-activation path runs XNNPACK kernels; its int8 linear
