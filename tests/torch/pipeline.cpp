@@ -580,3 +580,22 @@ TEST_CASE("x86_inductor returns its output layers' results in float, as X86Induc
         MESSAGE(spec << ": SQNR " << compare_outputs(reference, outputs).overall.sqnr_db << " dB");
     }
 }
+
+TEST_CASE("a large output layer keeps its int8 kernel under x86_inductor, and the report says why") {
+    // torchvision's MobileNetV2 (tests/zoo/make_zoo.py): a 1280 x 1000 classifier, whose float
+    // kernel would double the model's latency at batch 1.
+    const ::torch::jit::Module model = load_model(versatil::testing::zoo() / "mobilenet_v2.pt");
+    const quantize_data data = batches_of(load_data_file(versatil::testing::zoo() / "mobilenet_v2.data.pt"), 16);
+    prepared_model prepared = prepare(model, versatil::testing::whole_model("x86_inductor"));
+    calibrate(prepared, {data.calibration.front()}, {false});
+    const lowered_model lowered = lower(convert(std::move(prepared)), {.sample = data.calibration.front(), .threads = 1});
+    std::vector<std::string> rounded;
+    for (const adjustment& a : lowered.adjustments)
+        if (a.change.find("output the model returns rounded to 8 bits") != std::string::npos) {
+            rounded.push_back(a.module_path);
+            CHECK(a.change.find("1280000 weights exceed 65536") != std::string::npos);
+        }
+    CHECK(rounded == std::vector<std::string>{"classifier.1"});
+    CHECK(count_kind(lowered.module, "quantized::linear") == 1);
+    CHECK(count_kind(lowered.module, "aten::linear") == 0);
+}

@@ -11,16 +11,27 @@
 // LibTorch 1.13 has no int8 conv / linear kernel with a float output, so such a layer runs as
 // it computes in the converted graph: a float kernel on its int8 input and int8 weights,
 // dequantized. That is the same int8 x int8 product with fp32 accumulation, without the
-// rounding of the result; it is not counted as a quantized op. Finalize packs such a layer's
-// weight and unpacks it on every call (measured on resnet18's 512 x 10 head: +0.36 ms a forward,
-// oneDNN's unpack reorders), so lower() unpacks it once (unpack_weights_once): the layer keeps
-// its int8 weight and dequantizes it per call.
+// rounding of the result; it is not counted as a quantized op. A float kernel reads four times
+// the weight bytes (and dequantizes them each call), and at batch 1 a classifier head is bound
+// by them once they leave the cache: on the zoo's MobileNetV2 (1280 x 1000 head) the model went
+// from 0.81 to 1.55 ms for no SQNR gain, while resnet18's 512 x 1000 head cost nothing
+// measurable here (1.46 / 1.47 ms, +0.2 dB; medians of interleaved rounds). That boundary
+// moves with the cache, so only layers of at most float_output_weight_limit weights return
+// float: 256 KiB as float, within any x86 core's L2. A larger one keeps its int8 kernel, rounded
+// output included, and the report says so.
+//
+// Finalize packs a float-output layer's weight and unpacks it on every call (oneDNN's unpack
+// reorders: +0.36 ms a forward on resnet18's head), so lower() unpacks it once
+// (unpack_weights_once): the layer keeps its int8 weight and dequantizes it per call.
+//
 // Static post-training targets only: the model QAT trained rounds those outputs (LibTorch's
 // QAT prepare fake-quantizes every conv / linear output), and dynamic targets return float.
 #pragma once
 
 #include <torch/script.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,7 +47,21 @@
 
 namespace versatil::libtorch {
 
+// The most weights a layer returning float output may have (see above).
+inline constexpr std::int64_t float_output_weight_limit = 65536;
+
 namespace detail {
+
+// The submodule at a dotted path ("" = `module` itself).
+inline ::torch::jit::Module submodule_at(const ::torch::jit::Module& module, const std::string& path) {
+    ::torch::jit::Module found = module;
+    for (std::size_t start = 0; start < path.size();) {
+        const std::size_t dot = std::min(path.find('.', start), path.size());
+        found = found.attr(path.substr(start, dot - start)).toModule();
+        start = dot + 1;
+    }
+    return found;
+}
 
 // Ops X86InductorQuantizer fuses after a conv / linear as one pattern (conv2d_unary,
 // linear_unary): the pattern's output is the op's.
@@ -76,7 +101,8 @@ inline void collect_returned_values(::torch::jit::Value* value, std::vector<::to
 // In `converted`'s forward (inlined by InsertQuantDeQuant), each returned value that is a
 // static post-training layer's output rounded by quantize / dequantize, where the layer's backend
 // leaves model outputs in float (lowering_traits::model_outputs_stay_float_because), is returned
-// unrounded. Returns what changed for each of those layers, in graph order.
+// unrounded, if it is small enough (float_output_weight_limit). Returns what changed, or why
+// not, for each of those layers, in graph order.
 inline std::vector<adjustment> leave_model_outputs_float(const ::torch::jit::Module& converted,
                                                           const quantization_plan& plan) {
     const std::shared_ptr<::torch::jit::Graph> graph = converted.get_method("forward").graph();
@@ -106,6 +132,14 @@ inline std::vector<adjustment> leave_model_outputs_float(const ::torch::jit::Mod
         if (!target || target->is_dynamic() || target->is_qat()) continue;
         const std::string_view because = lowering_of(*target->backend).model_outputs_stay_float_because;
         if (because.empty()) continue;
+        const std::int64_t weights = detail::submodule_at(converted, path->second).attr("weight").toTensor().numel();
+        if (weights > float_output_weight_limit) {
+            layers.push_back({path->second, "output the model returns rounded to 8 bits, though " + std::string(because) +
+                                                ": its " + std::to_string(weights) + " weights exceed " +
+                                                std::to_string(float_output_weight_limit) +
+                                                ", and a float kernel reading them would cost more than the int8 one"});
+            continue;
+        }
         use.user->replaceInput(use.offset, unrounded);
         layers.push_back({path->second, "output the model returns kept in float: " + std::string(because)});
         // The pair goes where nothing else reads it (InsertQuantDeQuant gives each reader its own
