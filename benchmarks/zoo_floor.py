@@ -10,7 +10,8 @@ file was made (the script checks the rebuilt model's outputs against the saved T
 file's), then fake-quantized with PyTorch's FX (prepare_fx), the way PyTorch's own tools
 simulate a scheme: x86_inductor's activations (quint8 0..255, per tensor, HistogramObserver;
 alone also with MinMaxObserver) and weights (int8 per channel, symmetric, nearest rounding),
-each alone and both. Models FX cannot trace are left out (--only names them anyway, as skipped
+each alone and both; what the model returns straight from a small conv / linear layer is not
+rounded, as x86_inductor leaves it (float_model_outputs.hpp). Models FX cannot trace are left out (--only names them anyway, as skipped
 rows). Writes benchmarks/results/architecture_floor.json; zoo_peer.render_methods() puts it in
 RESULTS.md beside PyTorch's and versatil's best SQNR from architecture_methods.json.
 Needs Debian's python3-torch, python3-torchvision and dataset-fashion-mnist."""
@@ -61,6 +62,34 @@ def weights_rounded(model):
     return model
 
 
+FLOAT_OUTPUT_WEIGHT_LIMIT = 65536  # float_model_outputs.hpp's float_output_weight_limit
+
+
+def returned_in_float(prepared):
+    """What the model returns straight from a conv / linear layer (fused activation included) of at
+    most FLOAT_OUTPUT_WEIGHT_LIMIT weights is not rounded, as versatil's x86_inductor leaves it
+    (float_model_outputs.hpp). Values returned from pooling stay rounded, as there."""
+    modules = dict(prepared.named_modules())
+    output = next(n for n in prepared.graph.nodes if n.op == "output")
+
+    def unrounded(node):
+        if isinstance(node, (tuple, list)):
+            return type(node)(unrounded(item) for item in node)
+        if not (isinstance(node, torch.fx.Node) and node.op == "call_module" and "activation_post_process" in node.target):
+            return node
+        producer = node.args[0]
+        layer = modules.get(producer.target) if producer.op == "call_module" else None
+        first = layer[0] if isinstance(layer, nn.Sequential) else layer  # fused conv / linear + relu
+        small = isinstance(first, (nn.Conv2d, nn.Linear)) and first.weight.numel() <= FLOAT_OUTPUT_WEIGHT_LIMIT
+        return producer if small else node
+
+    output.args = tuple(unrounded(arg) for arg in output.args)
+    for node in list(prepared.graph.nodes):
+        if node.op == "call_module" and "activation_post_process" in node.target and not node.users:
+            prepared.graph.erase_node(node)
+    prepared.recompile()
+
+
 def activations_quantized(model, calibration, observer=HistogramObserver):
     """FX fake quantization of the activations only (x86_inductor's activation spec). The weight
     observer only lets FX match its quantized patterns: a prepared model computes with float
@@ -73,6 +102,7 @@ def activations_quantized(model, calibration, observer=HistogramObserver):
     for op, observer in _FIXED_QPARAMS_OP_TO_OBSERVER.items():
         mapping.set_object_type(op, QConfig(activation=observer, weight=default_per_channel_weight_observer))
     prepared = prepare_fx(copy.deepcopy(model), mapping, (calibration[:2],))
+    returned_in_float(prepared)
     prepared.apply(torch.ao.quantization.disable_fake_quant)
     with torch.no_grad():
         for start in range(0, calibration.size(0), 16):
