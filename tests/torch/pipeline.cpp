@@ -558,10 +558,7 @@ TEST_CASE("x86_inductor returns its output layers' results in float, as X86Induc
             calibrate(prepared, data.calibration, {false});
         }
         const converted_model converted = convert(std::move(prepared));
-        std::vector<std::string> kept;
-        for (const adjustment& a : converted.adjustments)
-            if (a.change.find("output the model returns kept in float") != std::string::npos) kept.push_back(a.module_path);
-        CHECK(kept == (float_outputs ? std::vector<std::string>{"classes", "box"} : std::vector<std::string>{}));
+        CHECK(versatil::testing::float_output_layers(converted.adjustments) == (float_outputs ? std::vector<std::string>{"classes", "box"} : std::vector<std::string>{}));
         const lowered_model lowered = lower(converted, {.sample = data.calibration.front(), .threads = 1});
         // The heads' weights are unpacked once, when lowering, not on every forward.
         CHECK(count_kind(lowered.module, "quantized::linear_unpack") == 0);

@@ -97,11 +97,15 @@ inline std::vector<libtorch::batch> smooth_batches(std::int64_t batches, std::in
 
 // The layers whose output the model returns in float (float_model_outputs.hpp: x86_inductor's
 // static targets), as the report lists them.
-inline std::vector<std::string> float_output_layers(const libtorch::quantization_report& report) {
+inline std::vector<std::string> float_output_layers(const std::vector<libtorch::adjustment>& adjustments) {
     std::vector<std::string> layers;
-    for (const libtorch::adjustment& a : report.adjustments)
+    for (const libtorch::adjustment& a : adjustments)
         if (a.change.find("output the model returns kept in float") != std::string::npos) layers.push_back(a.module_path);
     return layers;
+}
+
+inline std::vector<std::string> float_output_layers(const libtorch::quantization_report& report) {
+    return float_output_layers(report.adjustments);
 }
 
 // How many nodes of a kind the (frozen, inlined) forward graph holds.

@@ -30,7 +30,6 @@
 
 #include <torch/script.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,6 +42,7 @@
 #include "versatil/libtorch/pipeline/layer_ops.hpp"
 #include "versatil/libtorch/pipeline/lowering.hpp"
 #include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/pipeline/module_tree.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
 
 namespace versatil::libtorch {
@@ -51,17 +51,6 @@ namespace versatil::libtorch {
 inline constexpr std::int64_t float_output_weight_limit = 65536;
 
 namespace detail {
-
-// The submodule at a dotted path ("" = `module` itself).
-inline ::torch::jit::Module submodule_at(const ::torch::jit::Module& module, const std::string& path) {
-    ::torch::jit::Module found = module;
-    for (std::size_t start = 0; start < path.size();) {
-        const std::size_t dot = std::min(path.find('.', start), path.size());
-        found = found.attr(path.substr(start, dot - start)).toModule();
-        start = dot + 1;
-    }
-    return found;
-}
 
 // Ops X86InductorQuantizer fuses after a conv / linear as one pattern (conv2d_unary,
 // linear_unary): the pattern's output is the op's.
@@ -132,7 +121,7 @@ inline std::vector<adjustment> leave_model_outputs_float(const ::torch::jit::Mod
         if (!target || target->is_dynamic() || target->is_qat()) continue;
         const std::string_view because = lowering_of(*target->backend).model_outputs_stay_float_because;
         if (because.empty()) continue;
-        const std::int64_t weights = detail::submodule_at(converted, path->second).attr("weight").toTensor().numel();
+        const std::int64_t weights = find_submodule(converted, path->second).attr("weight").toTensor().numel();
         if (weights > float_output_weight_limit) {
             layers.push_back({path->second, "output the model returns rounded to 8 bits, though " + std::string(because) +
                                                 ": its " + std::to_string(weights) + " weights exceed " +
