@@ -1,5 +1,5 @@
 // expect-error: versatil::Target: invalid module path: a component holds a character other than
-// expect-error: \{"encoder\.block-1"\}
+// expect-error: \{"encoder\.block/1"\}
 #include "versatil/versatil.hpp"
 using namespace versatil;
-static_assert(Quantizer<Target<"encoder.block-1", XNNPACK<>>>::needs_calibration);
+static_assert(Quantizer<Target<"encoder.block/1", XNNPACK<>>>::needs_calibration);

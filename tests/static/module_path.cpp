@@ -12,7 +12,8 @@ static_assert(check_module_path(".encoder").rule == component_must_not_be_empty)
 static_assert(check_module_path("encoder.").rule == component_must_not_be_empty);
 static_assert(check_module_path("encoder..0").rule == component_must_not_be_empty);
 static_assert(check_module_path("encoder..0").position == 8);
-static_assert(check_module_path("encoder.block-1").rule == component_must_be_identifier);
+static_assert(check_module_path("encoder.block/1").rule == component_must_be_identifier);
+static_assert(is_valid_module_path("trunk_output.block1.block1-0"));  // torchvision's RegNet
 static_assert(check_module_path("enc oder").rule == component_must_be_identifier);
 static_assert(check_module_path("layers.0abc").rule == identifier_must_not_start_with_digit);
 static_assert(check_module_path("layers.01").rule == index_must_not_have_leading_zero);

@@ -11,7 +11,7 @@ namespace versatil {
 enum class path_rule : unsigned char {
     ok,
     component_must_not_be_empty,      // leading, trailing or doubled '.'
-    component_must_be_identifier,     // a character outside [A-Za-z0-9_]
+    component_must_be_identifier,     // a character outside [A-Za-z0-9_-]
     identifier_must_not_start_with_digit,  // "0abc": neither identifier nor index
     index_must_not_have_leading_zero,  // "01": no container names a child so
 };
@@ -20,7 +20,7 @@ constexpr std::string_view to_string(path_rule rule) noexcept {
     switch (rule) {
         case path_rule::ok: return "ok";
         case path_rule::component_must_not_be_empty: return "a path component is empty (leading, trailing or doubled '.')";
-        case path_rule::component_must_be_identifier: return "a path component holds a character other than letters, digits and '_'";
+        case path_rule::component_must_be_identifier: return "a path component holds a character other than letters, digits, '_' and '-'";
         case path_rule::identifier_must_not_start_with_digit: return "a path component starts with a digit but is not an index";
         case path_rule::index_must_not_have_leading_zero: return "an index component has a leading zero";
     }
@@ -36,15 +36,17 @@ struct path_check {
 
 namespace detail {
 constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-constexpr bool is_word_char(char c) noexcept {
-    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+// '-' too: torchvision's RegNet names its blocks "block1-0" (nn.Module.add_module takes any name
+// without '.'), and a path must reach every module a real model has.
+constexpr bool is_name_char(char c) noexcept {
+    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
 }
 
 constexpr path_rule check_component(std::string_view component) noexcept {
     if (component.empty()) return path_rule::component_must_not_be_empty;
     bool all_digits = true;
     for (char c : component) {
-        if (!is_word_char(c)) return path_rule::component_must_be_identifier;
+        if (!is_name_char(c)) return path_rule::component_must_be_identifier;
         all_digits = all_digits && is_digit(c);
     }
     if (all_digits) return component.size() > 1 && component[0] == '0' ? path_rule::index_must_not_have_leading_zero
@@ -53,8 +55,9 @@ constexpr path_rule check_component(std::string_view component) noexcept {
 }
 }  // namespace detail
 
-// Checks a path's syntax: "" (whole model), or '.'-separated components, each a Python
-// identifier or a child index such as the `0` in `layers.0`.
+// Checks a path's syntax: "" (whole model), or '.'-separated components, each a name (a Python
+// identifier, or one with '-' as in RegNet's `block1-0`) or a child index such as the `0` in
+// `layers.0`.
 constexpr path_check check_module_path(std::string_view path) noexcept {
     if (path.empty()) return {};
     std::size_t start = 0;

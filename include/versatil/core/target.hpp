@@ -18,8 +18,8 @@ struct check_path {
     static_assert(Rule != path_rule::component_must_not_be_empty,
                   "versatil::Target: invalid module path: a component is empty (leading, trailing or doubled '.')");
     static_assert(Rule != path_rule::component_must_be_identifier,
-                  "versatil::Target: invalid module path: a component holds a character other than letters, digits "
-                  "and '_'");
+                  "versatil::Target: invalid module path: a component holds a character other than letters, digits, "
+                  "'_' and '-'");
     static_assert(Rule != path_rule::identifier_must_not_start_with_digit,
                   "versatil::Target: invalid module path: a component starts with a digit but is not an index");
     static_assert(Rule != path_rule::index_must_not_have_leading_zero,
