@@ -596,3 +596,43 @@ TEST_CASE("a large output layer keeps its int8 kernel under x86_inductor, and th
     CHECK(count_kind(lowered.module, "quantized::linear") == 1);
     CHECK(count_kind(lowered.module, "aten::linear") == 0);
 }
+
+TEST_CASE("targets and per-layer rows reach layers through methods a model calls on itself") {
+    // torchvision's ResNet.forward calls self._forward_impl, nn.Conv2d.forward self._conv_forward,
+    // MobileNetV2.forward self._forward_impl: LibTorch names such frames of an inlined call stack
+    // "SELF", and a module path built from them ("SELF.layer4.0.conv1.SELF") matched no target.
+
+    // `model` of the zoo, quantized with one target at `path`.
+    const auto quantize_at = [](const std::string& model, const std::string& path, std::string_view spec, bool per_layer) {
+        return quantize(load_model(versatil::testing::zoo() / (model + ".pt")), compose({{path, backend(spec)}}),
+                        batches_of(load_data_file(versatil::testing::zoo() / (model + ".data.pt")), 16),
+                        {.per_layer = per_layer, .progress = false});
+    };
+    const auto says_idle = [](const quantization_report& report) {
+        return std::any_of(report.adjustments.begin(), report.adjustments.end(), [](const adjustment& a) {
+            return a.change.starts_with("this target quantizes nothing");
+        });
+    };
+    SUBCASE("a dynamic target on a submodule quantizes its linear layers") {
+        const quantization_result result = quantize_at("mobilenet_v2", "classifier", "xnnpack:dynamic", false);
+        CHECK(result.report.quantized_ops == 1);
+        CHECK_FALSE(says_idle(result.report));
+    }
+    SUBCASE("a dynamic target holding convolutions only quantizes nothing, and the report says so") {
+        const quantization_result result = quantize_at("resnet18", "layer4", "xnnpack:dynamic", false);
+        CHECK(result.report.quantized_ops == 0);
+        CHECK(says_idle(result.report));
+    }
+    SUBCASE("each per-layer row measures its layer quantized") {
+        const quantization_result result = quantize_at("resnet18", "layer4", "x86_inductor", true);
+        CHECK(result.report.quantized_ops == 5);
+        CHECK_FALSE(says_idle(result.report));
+        REQUIRE(result.report.per_layer.size() == 5);
+        // Before, every row was float's own 112.65 dB: the layers' quantize ops were not found.
+        for (const layer_sqnr& row : result.report.per_layer) {
+            INFO(row.name);
+            CHECK(row.sqnr_db < 80.0);
+            CHECK(row.sqnr_db > result.report.sqnr_db);  // one layer alone costs less than all five
+        }
+    }
+}

@@ -144,7 +144,7 @@ inline const std::filesystem::path& zoo() {
         require_python_torch();
         const std::string command = std::string(torch_python) + " " VERSATIL_SOURCE_ROOT "/tests/zoo/make_zoo.py " +
                                     directory.path.string() +
-                                    " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small,mobilenet_v2 > /dev/null";
+                                    " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small,mobilenet_v2,resnet18 > /dev/null";
         return std::system(command.c_str()) == 0;
     }();
     REQUIRE_MESSAGE(written, "tests/zoo/make_zoo.py failed (it needs python3-torch, python3-torchvision and "

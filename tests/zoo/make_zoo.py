@@ -287,9 +287,9 @@ def executed_ops(scripted, inputs):
     return {"conv_linear": sum(n in WEIGHTED_OPS for n in names), "linear": sum(n == "aten::linear" for n in names)}
 
 
-def weighted_modules(model):
-    """Paths of the modules that are convolution or linear layers."""
-    return sorted(path for path, m in model.named_modules() if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Linear)))
+def weighted_modules(model, kinds=(nn.Conv1d, nn.Conv2d, nn.Linear)):
+    """Paths of the modules that are convolution or linear layers (or of `kinds`)."""
+    return sorted(path for path, m in model.named_modules() if isinstance(m, kinds))
 
 
 def write(out, name, model, calibration, test, labels=None, description="", output_of=lambda y: y):
@@ -313,7 +313,8 @@ def write(out, name, model, calibration, test, labels=None, description="", outp
     save_data(out / f"{name}.data.pt", tensors)
     return {"name": name, "model": f"{name}.pt", "data": f"{name}.data.pt", "description": description,
             "inputs": [f"{list(t.shape[1:])} {str(t.dtype).replace('torch.', '')}" for t in calibration],
-            "executed_ops": executed, "weighted_modules": weighted_modules(model)}
+            "executed_ops": executed, "weighted_modules": weighted_modules(model),
+            "linear_modules": weighted_modules(model, nn.Linear)}
 
 
 def main():

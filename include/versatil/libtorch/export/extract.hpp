@@ -43,20 +43,6 @@ namespace export_detail {
 using ::torch::jit::Node;
 using ::torch::jit::Value;
 
-// The module path an inlined node was called from ("block.depthwise"; "" for the model's own
-// forward), when LibTorch kept it: its passes drop the call stack of the nodes they rewrite.
-inline std::optional<std::string> call_stack_path(const Node* node) {
-    const auto stack = node->callstack();
-    if (!stack) return std::nullopt;
-    std::string path;
-    for (const auto& entry : (*stack)->vec()) {
-        const auto& module = std::get<2>(entry);
-        if (!module || module->instance_name() == "SELF") continue;  // a function, or a method of the same module
-        path += (path.empty() ? "" : ".") + module->instance_name();
-    }
-    return path;
-}
-
 inline bool has_tensor_output(const Node* node) {
     return std::any_of(node->outputs().begin(), node->outputs().end(), [](const Value* output) {
         return output->type()->kind() == c10::TypeKind::TensorType;

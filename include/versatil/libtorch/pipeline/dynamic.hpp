@@ -66,7 +66,7 @@ inline std::optional<std::vector<targeted_linear>> targeted_linears(const std::s
                                                                     const runtime_quantizer& quantizer) {
     std::vector<targeted_linear> found;
     for (::torch::jit::Node* node : nodes_where(graph, [](const ::torch::jit::Node* n) { return n->kind() == c10::aten::linear; })) {
-        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(sensitivity_detail::module_path_of(node));
+        const std::optional<backend_quantizer> applies = quantizer.quantizer_for(call_stack_path(node).value_or(""));
         if (!applies) continue;
         const bool constant_weight = node->input(1)->node()->kind() == c10::prim::Constant &&
                                      (node->input(2)->node()->kind() == c10::prim::Constant);

@@ -119,7 +119,7 @@ private:
             ::torch::jit::Node* node = linear.node;
             const std::string name = "_quantize_" + std::to_string(switches_.size());
             module_.register_attribute(name, c10::BoolType::get(), false);
-            switches_.push_back({name, sensitivity_detail::module_path_of(node), node->input(0)});
+            switches_.push_back({name, call_stack_path(node).value_or(""), node->input(0)});
             const ::torch::jit::WithInsertPoint before(node);
             ::torch::jit::Value* packed = dynamic_detail::insert_packed_weight(*graph, linear);
             ::torch::jit::Node* choice = graph->insertNode(graph->create(c10::prim::If, {graph->insertGetAttr(self, name)}, 1));

@@ -3,17 +3,36 @@
 #pragma once
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/scope.h>
 #include <torch/script.h>
 
 #include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 namespace versatil::libtorch {
+
+// The module path an inlined node was called from ("layer1.0.conv1"; "" for the model's own
+// forward), when LibTorch kept it: its passes drop the call stack of the nodes they rewrite.
+// Frames of functions and of methods a module calls on itself add nothing: LibTorch names the
+// latter "SELF", and models written in Python are full of them (torchvision's ResNet.forward
+// calls self._forward_impl, nn.Conv2d.forward self._conv_forward).
+inline std::optional<std::string> call_stack_path(const ::torch::jit::Node* node) {
+    const auto stack = node->callstack();
+    if (!stack) return std::nullopt;
+    std::string path;
+    for (const auto& entry : (*stack)->vec()) {
+        const auto& module = std::get<2>(entry);
+        if (!module || module->instance_name() == "SELF") continue;
+        path += (path.empty() ? "" : ".") + module->instance_name();
+    }
+    return path;
+}
 
 // Calls visit(node) for every node of `block` and of the blocks nested in its nodes.
 template <class Visit>

@@ -378,6 +378,8 @@ inline quantized_and_measured quantize_keeping_converted(const ::torch::jit::Mod
         report.samples_per_rank = {samples_in(conformed.calibration)};  // distributed calibration replaces it with each rank's
     }
     report.adjustments.insert(report.adjustments.begin(), input_notes.begin(), input_notes.end());
+    const std::vector<adjustment> idle_targets = targets_without_layers(model, quantizer);
+    report.adjustments.insert(report.adjustments.begin(), idle_targets.begin(), idle_targets.end());
     if (done.training) {
         // The examples trained on, steps x batch; distributed QAT replaces it with each rank's slice.
         const std::int64_t batch_size = std::min(options.qat.training.batch_size, conformed.train_inputs->size(0));

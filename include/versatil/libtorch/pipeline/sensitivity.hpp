@@ -19,7 +19,6 @@
 // on but those kept in float (keep_in_float), one evaluation pass per candidate layer.
 #pragma once
 
-#include <torch/csrc/jit/ir/scope.h>
 #include <torch/csrc/jit/passes/quantization/helper.h>
 #include <torch/script.h>
 
@@ -42,18 +41,6 @@ namespace sensitivity_detail {
 
 inline bool is_quantize(const ::torch::jit::Node* node) {
     return node->kind() == c10::aten::quantize_per_tensor || node->kind() == c10::aten::quantize_per_channel;
-}
-
-// The module a node of the inlined graph comes from, by its inlined call stack ("" for the
-// model's own forward).
-inline std::string module_path_of(const ::torch::jit::Node* node) {
-    std::string path;
-    for (auto frame = node->callstack(); frame; frame = (*frame)->callee()) {
-        const c10::optional<::torch::jit::ModuleInstanceInfo> instance = (*frame)->module_instance();
-        if (!instance) continue;
-        path += (path.empty() ? "" : ".") + instance->instance_name();
-    }
-    return path;
 }
 
 inline bool inside(std::string_view path, std::string_view layer) {
@@ -187,7 +174,7 @@ public:
             for (::torch::jit::Node* quantize : std::set<::torch::jit::Node*>(outputs))
                 add_requantizations(quantize, outputs);
             quantizers.insert(outputs.begin(), outputs.end());
-            const std::string path = module_path_of(op);
+            const std::string path = call_stack_path(op).value_or("");
             for (const std::string& layer : layers) {
                 if (!inside(path, layer)) continue;
                 layers_[layer].insert(quantizers.begin(), quantizers.end());
@@ -323,6 +310,27 @@ inline std::vector<std::string> analysed_layers(const ::torch::jit::Module& mode
             calls_op(item.value, quantizable_op_test(quantizer.is_dynamic())))
             layers.push_back(item.name);
     return layers;
+}
+
+// Notes for the targets that hold no layer to quantize: no module under the target's path
+// calls a conv or linear op (a linear op, for dynamic targets) that a more specific target does
+// not claim. The run goes on, as quantizing part of a model does, and the report says why the
+// target changed nothing (a dynamic target on resnet18's layer4, which holds convolutions only).
+inline std::vector<adjustment> targets_without_layers(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+    const std::vector<std::string> layers = analysed_layers(model, quantizer);
+    std::vector<adjustment> notes;
+    for (const backend_quantizer& q : quantizer.quantizers()) {
+        const bool holds_one = std::any_of(layers.begin(), layers.end(), [&](const std::string& layer) {
+            return quantizer.quantizer_for(layer)->module_path == q.module_path;
+        });
+        if (!holds_one)
+            notes.push_back({std::string(q.module_path),
+                             std::string("this target quantizes nothing: no module under it calls a ") +
+                                 (quantizer.is_dynamic() ? "linear op (dynamic targets quantize linear layers only)"
+                                                         : "conv or linear op") +
+                                 " that a more specific target does not claim"});
+    }
+    return notes;
 }
 
 // quantize_options::per_layer_samples's default: per_layer_budget chooses.
