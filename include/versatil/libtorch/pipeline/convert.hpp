@@ -11,6 +11,7 @@
 
 #include "versatil/libtorch/pipeline/clamped_observation.hpp"
 #include "versatil/libtorch/pipeline/float_model_outputs.hpp"
+#include "versatil/libtorch/pipeline/float_unread_values.hpp"
 #include "versatil/libtorch/pipeline/prepare.hpp"
 
 namespace versatil::libtorch {
@@ -26,6 +27,8 @@ inline converted_model convert(prepared_model prepared, bool in_place) {
                                                                           /*debug=*/false, prepared.plan.quant_type);
         for (adjustment& layer : leave_model_outputs_float(converted, prepared.plan))
             prepared.adjustments.push_back(std::move(layer));
+        for (adjustment& values : leave_unread_values_float(converted, prepared.plan))
+            prepared.adjustments.push_back(std::move(values));
         return {std::move(converted), std::move(prepared.plan), std::move(prepared.adjustments),
                 std::move(prepared.float_model)};
     } catch (const std::exception& failure) {

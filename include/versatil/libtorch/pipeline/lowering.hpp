@@ -39,6 +39,11 @@ struct lowering_traits {
     // quantized op reads it, so the model's own outputs stay in float: why, and what runs them.
     // convert() then returns those layers' outputs unrounded (float_model_outputs.hpp).
     std::string_view model_outputs_stay_float_because = {};
+    // Set when the backend's quantizer quantizes an activation only where a conv / linear reads
+    // it, so the result of another op (add, layer_norm, ...) that no conv / linear reads stays in
+    // float: why. convert() then removes those values' quantize / dequantize pairs
+    // (float_unread_values.hpp).
+    std::string_view unread_values_stay_float_because = {};
 };
 
 // No definition: a backend without a specialization has no LibTorch lowering.
@@ -54,7 +59,11 @@ struct lowering<X86Inductor> {
         .model_outputs_stay_float_because =
             "X86InductorQuantizer quantizes a conv / linear output only where a quantized op reads it; "
             "LibTorch 1.13 has no int8 kernel with a float output, so the layer runs a float kernel on "
-            "its int8 input and weights, dequantized"};
+            "its int8 input and weights, dequantized",
+        .unread_values_stay_float_because =
+            "X86InductorQuantizer quantizes an activation where a conv / linear reads it (and through "
+            "pooling, cat and flatten after one); the result of another op that no conv / linear reads "
+            "stays fp32"};
 };
 
 // xnnpack lowers to QNNPACK, whose int8-activation path runs XNNPACK kernels; its int8 linear
