@@ -197,8 +197,9 @@ def render(data):
                   "histogram, and versatil's port passes the float bounds, as PyTorch 2.0 does. Checked by hand "
                   "when this section was written, not by each run: with the 1.13 truncation put back (a one-line "
                   "experiment, not kept), versatil's results equalled PyTorch's to the hundredth of a dB (resnext "
-                  "19.96, densenet 18.83, resnet18 19.96, vit 9.44). The other calibration methods and the accuracy "
-                  "steps on the same rows: \"Architectures per calibration method\"."]
+                  "19.96, densenet 18.83, resnet18 19.96, and vit 9.44 before x86_inductor left the values no "
+                  "conv / linear reads in float). The other calibration methods and the accuracy steps on the same "
+                  "rows: \"Architectures per calibration method\"."]
     lines += ["",
               "Method: PyTorch's qnnpack default qconfig quantizes every weight per tensor (MinMaxObserver); the "
               "xnnpack backend's configuration quantizes convolution weights per channel, which is where the "
