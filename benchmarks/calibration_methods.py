@@ -34,6 +34,27 @@ def peer_sqnr(peer, versatil, name, model, base):
     return None
 
 
+def best_per_configuration(data, peer, versatil):
+    """(configuration, its best SQNR over every run minus PyTorch's) for each model and base that
+    PyTorch measured on the same weights: the issue's target counts these."""
+    deltas = []
+    for name, model in data["models"].items():
+        for base in dict.fromkeys(run["base"] for run in model["runs"]):
+            reference = peer_sqnr(peer, versatil, name, model, base)
+            measured = [run["sqnr_db"] for run in model["runs"] if run["base"] == base and "sqnr_db" in run]
+            if measured and reference is not None:
+                deltas.append((f"{name} `{base}`", max(measured) - reference))
+    return deltas
+
+
+def load(paths=()):
+    """calibration_methods.json, peer.json and versatil.json: `paths` first, then the defaults."""
+    results = Path(__file__).resolve().parent / "results"
+    paths = [Path(p) for p in paths]
+    paths += [results / "calibration_methods.json", results / "peer.json", results / "versatil.json"][len(paths):]
+    return tuple(json.loads(p.read_text()) if p.exists() else None for p in paths)
+
+
 def fmt(value):
     return "—" if value is None else f"{value:.2f}"
 
@@ -146,12 +167,8 @@ def splice(path, section):
 
 
 def main():
-    root = Path(__file__).resolve().parent
-    results = root / "results"
-    paths = [Path(a) for a in sys.argv[1:4]]
-    paths += [results / "calibration_methods.json", results / "peer.json", results / "versatil.json"][len(paths):]
-    data, peer, versatil = (json.loads(p.read_text()) if p.exists() else None for p in paths)
-    splice(root / "RESULTS.md", render(data, peer, versatil))
+    data, peer, versatil = load(sys.argv[1:4])
+    splice(Path(__file__).resolve().parent / "RESULTS.md", render(data, peer, versatil))
 
 
 if __name__ == "__main__":

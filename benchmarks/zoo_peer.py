@@ -211,7 +211,7 @@ def write_results_section(lines):
     """Puts `lines` (a section, its title first) in RESULTS.md in place of the section of that title."""
     results = ROOT / "benchmarks" / "RESULTS.md"
     text = results.read_text() if results.exists() else "# Benchmarks\n"
-    section = "\n".join(lines)
+    section = "\n".join(lines).rstrip() + "\n\n"  # a blank line before the next section, as report.py writes
     start = text.find(lines[0] + "\n")
     if start == -1:
         text = text.rstrip() + "\n\n" + section
@@ -228,7 +228,8 @@ def method_options(method, steps):
 
 def render_methods(data):
     """The "Architectures per calibration method" section of RESULTS.md, every figure from `data`."""
-    from calibration_methods import METHODS, STEPS, fmt, median_line, steps_label
+    from calibration_methods import METHODS, STEPS, best_per_configuration, fmt, median_line, steps_label
+    from calibration_methods import load as load_benchmark_methods
     commands = "; ".join(f"`{c['command']}` ({c['date']}, {c['seconds'] / 60:.0f} min wall, load average "
                          f"{c['load_before']} before, {c['load_after']} after" +
                          ("" if c["complete"] else ", cut short before its last rows") + ")"
@@ -305,9 +306,23 @@ def render_methods(data):
             deltas = [(where, d) for where, d in best_deltas if where.split(" ")[1] == backend]
             if deltas:
                 lines.append("  - " + median_line(f"{backend} alone", deltas))
+        # The issue sets its target "on the benchmark models and the architecture zoo": their
+        # configurations counted together, each set also given alone.
+        benchmark_data = load_benchmark_methods()
+        benchmark = best_per_configuration(*benchmark_data) if benchmark_data[0] else []
+        pooled = benchmark + best_deltas
+        pooled_median = statistics.median(delta for _, delta in pooled)
+        if benchmark:
+            lines.append("- " + median_line(
+                f"with the benchmark models' {len(benchmark)} configurations (section \"Calibration methods\", best of "
+                "every method × accuracy steps) counted together with these", pooled)[:-1] +
+                f"; {sum(delta >= 3.0 for _, delta in pooled)} of {len(pooled)} at +3 dB or more.")
         lines += ["",
-                  "The +3 dB median is " + ("**reached**" if best_median >= 3.0 else "**not reached**") +
-                  f" ({best_median:+.2f} dB) with the best combination per model, and " +
+                  "On the zoo alone the +3 dB median is " + ("**reached**" if best_median >= 3.0 else "**not reached**") +
+                  f" ({best_median:+.2f} dB) with the best combination per model" +
+                  (f"; over the benchmark models and the zoo together, as the issue states its target, it is " +
+                   ("**reached**" if pooled_median >= 3.0 else "**not reached**") + f" ({pooled_median:+.2f} dB)"
+                   if benchmark else "") + "; " +
                   (f"**{len(below)}** configuration{'s are' if len(below) > 1 else ' is'} below PyTorch"
                    if below else "no configuration is below PyTorch") + "."]
         if peer_failed:
