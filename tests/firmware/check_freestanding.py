@@ -26,7 +26,7 @@ def main():
     parser.add_argument("--include", required=True)
     args = parser.parse_args()
     root = Path(args.include)
-    pending = sorted(str(p.relative_to(root)) for p in (root / "versatil" / "firmware").glob("*.hpp"))
+    pending = sorted(str(p.relative_to(root)) for p in (root / "versatil" / "firmware").rglob("*.hpp"))
     seen, problems = set(), []
     while pending:
         header = pending.pop()

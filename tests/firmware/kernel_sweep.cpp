@@ -3,13 +3,18 @@
 // buffers), printing a hash of each output. Built for the host and, by device.py, for the
 // Cortex-M4 with the DSP path and with VERSATIL_FIRMWARE_PORTABLE: the three must print the
 // same bytes, so the SMLAD path is bit-identical to the portable one on the same inputs.
-// Windowed kernels also run in place at their in_place_lag and must match their own
-// out-of-place result ("in-place mismatch" otherwise).
+// Each fast kernel (conv2d_im2col, depthwise_conv2d_3x3, linear_blocked) runs on every case
+// it takes, from misaligned buffers, and must give the reference kernel's bytes ("fast
+// mismatch" otherwise). Windowed kernels also run in place at their in_place_lag and must
+// match their own out-of-place result ("in-place mismatch" otherwise).
 #include <cstddef>
 #include <cstdint>
 
 #include "console.hpp"
+#include "versatil/firmware/convolution/conv2d_im2col.hpp"
+#include "versatil/firmware/convolution/depthwise_conv2d_3x3.hpp"
 #include "versatil/firmware/firmware.hpp"
+#include "versatil/firmware/fully_connected/linear_blocked.hpp"
 
 namespace {
 
@@ -30,6 +35,7 @@ struct random_bits {
 
 constexpr std::size_t buffer_bytes = 12 * 1024;
 std::int8_t input[buffer_bytes + 4], input2[buffer_bytes], weights[buffer_bytes + 4], output[buffer_bytes];
+std::int8_t fast_output[buffer_bytes + 4], scratch[buffer_bytes + 4];
 std::int8_t arena[2 * buffer_bytes];
 std::int32_t bias[256];
 fixed_point_multiplier multipliers[256];
@@ -86,17 +92,40 @@ void report(const char* kernel, int index, const std::int8_t* out, int count, bo
                     << (in_place_ok ? "" : " in-place mismatch") << "\n";
 }
 
-int conv2d_cases(random_bits& r, int cases) {
+bool same_bytes(const std::int8_t* a, const std::int8_t* b, int count) noexcept {
+    for (int i = 0; i < count; ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+// A fast kernel's output (written at fast_output + misalign) against the reference output.
+int compare_fast(const char* kernel, int index, int misalign, int count) {
+    const bool ok = same_bytes(output, fast_output + misalign, count);
+    if (!ok) console::line() << kernel << " " << index << " fast mismatch\n";
+    return ok ? 0 : 1;
+}
+
+// kinds: 0 dense, 1 depthwise, 2 grouped, 3 pointwise (small shapes, any window); 4 depthwise
+// 3x3 (dilation 1, strides 1 and 2, rows as narrow as one level); 5 dense and pointwise with
+// channel counts across the fast kernel's two-by-two tiles and its groups of four taps.
+int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
     int mismatches = 0;
     for (int n = 0; n < cases; ++n) {
         fw::conv2d_params p;
-        const int kind = r.between(0, 3);  // 0 dense, 1 depthwise, 2 grouped, 3 pointwise
+        const int kind = r.between(first_kind, last_kind);
         const int groups = kind == 2 ? r.between(2, 3) : 1;
-        const int in_c = kind == 1 ? r.between(1, 12) : groups * r.between(1, 5);
-        const int out_c = kind == 1 ? in_c : groups * r.between(1, 5);
-        p.input = {in_c, r.between(1, 14), r.between(1, 14)};
-        p.win = kind == 3 ? fw::window{} : window(r, 5);
-        p.groups = kind == 1 ? in_c : groups;
+        const bool depthwise = kind == 1 || kind == 4;
+        const int in_c = depthwise ? r.between(1, 12) : (kind == 5 ? r.between(1, 40) : groups * r.between(1, 5));
+        const int out_c = depthwise ? in_c : (kind == 5 ? r.between(1, 9) : groups * r.between(1, 5));
+        p.input = kind == 5 ? fw::shape{in_c, r.between(1, 7), r.between(1, 7)}
+                            : fw::shape{in_c, r.between(1, 14), r.between(1, kind == 4 ? 40 : 14)};
+        if (kind == 4)
+            p.win = {3, 3, r.between(1, 3), r.between(1, 2), r.between(0, 2), r.between(0, 2), 1, 1};
+        else if (kind == 5)
+            p.win = r.between(0, 1) == 0 ? fw::window{} : fw::window{3, 3, 1, 1, 1, 1, 1, 1};
+        else
+            p.win = kind == 3 ? fw::window{} : window(r, 5);
+        p.groups = depthwise ? in_c : groups;
         p.output = fw::output_shape(p.input, p.win, out_c);
         if (p.output.elements() <= 0) { --n; continue; }
         const bool extreme = r.between(0, 7) == 0;
@@ -110,14 +139,32 @@ int conv2d_cases(random_bits& r, int cases) {
         p.bias = r.between(0, 3) == 0 ? nullptr : bias;
         p.multipliers = multipliers;
         fw::conv2d(p, input, output);
-        const bool ok = kind != 1 || in_place_matches(p, p.output.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::conv2d(q, i, o); });
+        const bool ok = !depthwise || in_place_matches(p, p.output.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::conv2d(q, i, o); });
         mismatches += ok ? 0 : 1;
         report("conv2d", n, output, p.output.elements(), ok);
+
+        // The fast kernels read the same input and weights from other alignments.
+        const int misalign = r.between(0, 3);
+        const int weight_count = out_c * (in_c / p.groups) * p.win.kernel_h * p.win.kernel_w;
+        for (int i = 0; i < p.input.elements(); ++i) input2[i + misalign] = input[i];
+        for (int i = weight_count - 1; i >= 0; --i) weights[i + 3 - misalign] = weights[i];
+        fw::conv2d_params q = p;
+        q.weights = weights + 3 - misalign;
+        fw::conv2d_im2col(q, input2 + misalign, fast_output + misalign, scratch + misalign);
+        mismatches += compare_fast("conv2d_im2col", n, misalign, p.output.elements());
+        if (fw::depthwise_conv2d_3x3_applies(q)) {
+            fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign);
+            mismatches += compare_fast("depthwise_conv2d_3x3", n, misalign, p.output.elements());
+            const bool in_place_ok = in_place_matches(q, p.output.elements(), [](const auto& k, const std::int8_t* i, std::int8_t* o) { fw::depthwise_conv2d_3x3(k, i, o); });
+            mismatches += in_place_ok ? 0 : 1;
+            if (!in_place_ok) console::line() << "depthwise_conv2d_3x3 " << n << " in-place mismatch\n";
+        }
     }
     return mismatches;
 }
 
-void linear_cases(random_bits& r, int cases) {
+int linear_cases(random_bits& r, int cases) {
+    int mismatches = 0;
     for (int n = 0; n < cases; ++n) {
         fw::linear_params p;
         p.in_features = r.between(1, 300);
@@ -135,7 +182,10 @@ void linear_cases(random_bits& r, int cases) {
         p.multipliers = multipliers;
         fw::linear(p, input + misalign, output);
         report("linear", n, output, p.out_features);
+        fw::linear_blocked(p, input + misalign, fast_output + 3 - misalign);
+        mismatches += compare_fast("linear_blocked", n, 3 - misalign, p.out_features);
     }
+    return mismatches;
 }
 
 void elementwise_cases(random_bits& r, int cases) {
@@ -191,10 +241,12 @@ int pool_cases(random_bits& r, int cases) {
 
 int main() {
     random_bits r{0x5EED1234U};
-    int mismatches = conv2d_cases(r, 240);
-    linear_cases(r, 120);
+    int mismatches = conv2d_cases(r, 240, 0, 3);
+    mismatches += conv2d_cases(r, 120, 4, 4);
+    mismatches += conv2d_cases(r, 60, 5, 5);
+    mismatches += linear_cases(r, 120);
     elementwise_cases(r, 60);
     mismatches += pool_cases(r, 80);
-    console::line() << "in-place mismatches " << mismatches << "\n";
+    console::line() << "in-place and fast mismatches " << mismatches << "\n";
     return mismatches == 0 ? 0 : 1;
 }

@@ -14,16 +14,9 @@
 
 #include <cstdint>
 
-#if defined(__ARM_FEATURE_DSP) && !defined(VERSATIL_FIRMWARE_PORTABLE)
-#include <arm_acle.h>
-#define VERSATIL_FIRMWARE_DSP 1
-#else
-#define VERSATIL_FIRMWARE_DSP 0
-#endif
+#include "versatil/firmware/simd.hpp"
 
 namespace versatil::firmware {
-
-inline constexpr bool dsp_path = VERSATIL_FIRMWARE_DSP != 0;
 
 // The largest number of taps one accumulator may sum: |x + x_offset| <= 255, |w| <= 128.
 inline constexpr int max_taps_per_output = 65535;
@@ -34,28 +27,14 @@ constexpr std::int32_t dot_portable(const std::int8_t* x, const std::int8_t* w, 
     return sum;
 }
 
-#if VERSATIL_FIRMWARE_DSP
-namespace detail {
-// (value, value) as two halfwords.
-inline std::int32_t halfword_pair(std::int32_t value) noexcept {
-    return static_cast<std::int32_t>((static_cast<std::uint32_t>(value) & 0xFFFFU) | (static_cast<std::uint32_t>(value) << 16));
-}
-inline std::int32_t rotate_byte(std::int32_t v) noexcept {
-    return static_cast<std::int32_t>((static_cast<std::uint32_t>(v) >> 8) | (static_cast<std::uint32_t>(v) << 24));
-}
-}  // namespace detail
-#endif
-
 inline std::int32_t dot(const std::int8_t* x, const std::int8_t* w, int n, std::int32_t x_offset) noexcept {
 #if VERSATIL_FIRMWARE_DSP
-    const std::int32_t offsets = detail::halfword_pair(x_offset);
+    const simd::pair offsets = simd::make_pair(x_offset, x_offset);
     std::int32_t sum = 0;
     for (; n >= 4; n -= 4, x += 4, w += 4) {
-        std::int32_t xs, ws;  // four bytes each, unaligned loads (allowed on Armv7E-M)
-        __builtin_memcpy(&xs, x, 4);
-        __builtin_memcpy(&ws, w, 4);
-        sum = __smlad(__sxtab16(offsets, xs), __sxtb16(ws), sum);  // taps 0 and 2
-        sum = __smlad(__sxtab16(offsets, detail::rotate_byte(xs)), __sxtb16(detail::rotate_byte(ws)), sum);  // 1 and 3
+        const std::int32_t xs = simd::load4(x), ws = simd::load4(w);  // unaligned loads (allowed on Armv7E-M)
+        sum = simd::dual_multiply_add(simd::even_bytes_plus(offsets, xs), simd::even_bytes(ws), sum);  // taps 0 and 2
+        sum = simd::dual_multiply_add(simd::odd_bytes_plus(offsets, xs), simd::odd_bytes(ws), sum);    // 1 and 3
     }
     return sum + dot_portable(x, w, n, x_offset);
 #else
@@ -71,12 +50,12 @@ inline void accumulate(std::int32_t* acc, int n, const std::int8_t* x, int step,
 inline void accumulate_pair(std::int32_t* acc, int n, const std::int8_t* x, const std::int8_t* y, int step,
                             std::int32_t wx, std::int32_t wy, std::int32_t x_offset) noexcept {
 #if VERSATIL_FIRMWARE_DSP
-    const std::int32_t offsets = detail::halfword_pair(x_offset);
-    const std::int32_t weights = static_cast<std::int32_t>((static_cast<std::uint32_t>(wx) & 0xFFFFU) | (static_cast<std::uint32_t>(wy) << 16));
+    const simd::pair offsets = simd::make_pair(x_offset, x_offset);
+    const simd::pair weights = simd::make_pair(wx, wy);
     for (int i = 0; i < n; ++i, x += step, y += step) {
         // bytes x, -, y, -: SXTAB16 takes bytes 0 and 2, sign-extends them and adds the offset.
         const auto both = static_cast<std::int32_t>(static_cast<std::uint8_t>(*x) | (static_cast<std::uint32_t>(static_cast<std::uint8_t>(*y)) << 16));
-        acc[i] = __smlad(__sxtab16(offsets, both), weights, acc[i]);
+        acc[i] = simd::dual_multiply_add(simd::even_bytes_plus(offsets, both), weights, acc[i]);
     }
 #else
     for (int i = 0; i < n; ++i, x += step, y += step) acc[i] += (*x + x_offset) * wx + (*y + x_offset) * wy;

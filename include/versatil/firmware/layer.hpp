@@ -11,9 +11,9 @@
 #include "versatil/firmware/add.hpp"
 #include "versatil/firmware/avg_pool2d.hpp"
 #include "versatil/firmware/clamp.hpp"
-#include "versatil/firmware/conv2d.hpp"
+#include "versatil/firmware/convolution/conv2d.hpp"
 #include "versatil/firmware/in_place.hpp"
-#include "versatil/firmware/linear.hpp"
+#include "versatil/firmware/fully_connected/linear.hpp"
 #include "versatil/firmware/max_pool2d.hpp"
 #include "versatil/firmware/shape.hpp"
 

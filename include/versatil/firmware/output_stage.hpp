@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "versatil/firmware/simd.hpp"
 #include "versatil/math/requantize.hpp"
 
 namespace versatil::firmware {
@@ -48,6 +49,28 @@ constexpr std::int8_t requantize_output(std::int32_t accumulator, std::int32_t b
     if (__builtin_add_overflow(accumulator, bias, &biased))
         biased = bias > 0 ? std::numeric_limits<std::int32_t>::max() : std::numeric_limits<std::int32_t>::min();
     return to_output(rescale(biased, m), output_offset, range);
+}
+
+// requantize_output's result for every input, in the instructions a 32-bit core has (the fast
+// kernels' output stage): QADD for the saturating bias; for a shift of -2 or less (every
+// multiplier below 0.25, as a convolution's nearly always is) the high word of the 64-bit
+// product (SMULL) shifted to one bit more than wanted, plus one, halved: one rounding, half
+// up, as (product + 2^(n-1)) >> n; otherwise the 64-bit form. SSAT #17 holds the value, which
+// after the output offset and the int8 range agrees with to_output's +-2^16 hold.
+VERSATIL_FIRMWARE_INLINE std::int8_t requantize_output_32bit(std::int32_t accumulator, std::int32_t bias,
+                                                            math::fixed_point_multiplier m, std::int32_t output_offset,
+                                                            activation_range range) noexcept {
+    const std::int64_t product = std::int64_t{simd::saturating_add(accumulator, bias)} * m.multiplier;
+    std::int32_t rescaled;
+    if (m.shift <= -2) {
+        const auto high = static_cast<std::int32_t>(product >> 32);  // |product| < 2^62: high + 1 cannot overflow
+        rescaled = ((high >> (-m.shift - 2)) + 1) >> 1;
+    } else {
+        const std::int64_t rounded = (product + (std::int64_t{1} << (30 - m.shift))) >> (31 - m.shift);
+        constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
+        rescaled = static_cast<std::int32_t>(rounded < lo ? lo : (rounded > hi ? hi : rounded));
+    }
+    return clamp_to(simd::saturate17(rescaled) + output_offset, range);
 }
 
 }  // namespace versatil::firmware
