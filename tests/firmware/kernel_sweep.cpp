@@ -35,7 +35,7 @@ struct random_bits {
 
 constexpr std::size_t buffer_bytes = 12 * 1024;
 std::int8_t input[buffer_bytes + 4], input2[buffer_bytes], weights[buffer_bytes + 4], output[buffer_bytes];
-std::int8_t fast_output[buffer_bytes + 4], scratch[buffer_bytes + 4];
+std::int8_t fast_output[buffer_bytes + 4], scratch[buffer_bytes + 4], packed[buffer_bytes + 4];
 std::int8_t arena[2 * buffer_bytes];
 std::int32_t bias[256];
 fixed_point_multiplier multipliers[256];
@@ -150,7 +150,10 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         for (int i = weight_count - 1; i >= 0; --i) weights[i + 3 - misalign] = weights[i];
         fw::conv2d_params q = p;
         q.weights = weights + 3 - misalign;
-        fw::conv2d_im2col(q, input2 + misalign, fast_output + misalign, scratch + misalign);
+        fw::conv2d_params packed_q = q;
+        fw::conv2d_im2col_pack_weights(q.weights, out_c, fw::conv2d_patch_length(q), packed + misalign);
+        packed_q.weights = packed + misalign;
+        fw::conv2d_im2col(packed_q, input2 + misalign, fast_output + misalign, scratch + misalign);
         mismatches += compare_fast("conv2d_im2col", n, misalign, p.output.elements());
         if (fw::depthwise_conv2d_3x3_applies(q)) {
             fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign);

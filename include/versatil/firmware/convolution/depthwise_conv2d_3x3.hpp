@@ -8,8 +8,9 @@
 // outputs: b0 w0 + b2 w2 (SMLAD) + b1 w1 (SMLABB) for the first, b1 w0 + b3 w2 (SMLAD) +
 // b2 w1 (SMLATB) for the second; with stride 2 one output a word. Six products in seven
 // instructions, or three in five, where the reference kernel spends about twenty an output.
-// Outputs whose window crosses the plane's left or right edge, or whose word would reach
-// past the row, take the reference's tap-by-tap path.
+// Near the row's ends a word from the row's first or last four levels, or one level earlier,
+// serves with other halves of the same pairs (SMLABT, SMLATT); rows under four levels wide,
+// and paddings other than 1 at the edges, go tap by tap.
 //
 // Order of work: channel by channel, row by row, left to right, each output written once
 // all its taps are read, so the in-place rule of in_place.hpp holds as for conv2d.
@@ -30,14 +31,31 @@ constexpr bool depthwise_conv2d_3x3_applies(const conv2d_params& p) noexcept {
            (p.win.stride_w == 1 || p.win.stride_w == 2);
 }
 
-inline void depthwise_conv2d_3x3(const conv2d_params& p, const std::int8_t* input, std::int8_t* output) noexcept {
-    const int in_w = p.input.width, out_w = p.output.width, stride_w = p.win.stride_w;
-    const simd::pair offsets = simd::make_pair(p.input_offset, p.input_offset);
-    // The outputs whose window lies inside the row and whose word load stays in it:
-    // ix0 = ox * stride - padding >= 0 and ix0 + 3 < in_w.
-    const int first_inside = (p.win.padding_w + stride_w - 1) / stride_w;
-    const int last_inside = in_w - 4 + p.win.padding_w < 0 ? -1 : (in_w - 4 + p.win.padding_w) / stride_w;
-    const int inside_end = last_inside + 1 < out_w ? last_inside + 1 : out_w;  // one past
+VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3(const conv2d_params& p, const std::int8_t* input,
+                                                      std::int8_t* output) noexcept {
+    const int in_w = p.input.width, out_w = p.output.width, stride_w = p.win.stride_w, padding_w = p.win.padding_w;
+    const std::int32_t input_offset = p.input_offset, output_offset = p.output_offset;
+    const activation_range range = p.range;
+    const simd::pair offsets = simd::make_pair(input_offset, input_offset);
+    // Where an output's word comes from: its window's own three levels and one more
+    // (inside), or, at a plane's edge with padding 1, the row's first or last four levels;
+    // near the right edge the word one level earlier (shifted). Rows under four levels wide,
+    // and other paddings at the edges, go tap by tap.
+    enum class word_at : unsigned char { inside, shifted, left_edge, right_edge, tap_by_tap };
+    const auto kind_of = [&](int ox) {
+        const int ix0 = ox * stride_w - padding_w;
+        if (in_w < 4) return word_at::tap_by_tap;
+        if (ix0 >= 0 && ix0 + 3 < in_w) return word_at::inside;
+        if (ix0 >= 1 && ix0 + 2 < in_w) return word_at::shifted;
+        if (ix0 == -1) return word_at::left_edge;
+        if (ix0 == in_w - 2) return word_at::right_edge;
+        return word_at::tap_by_tap;
+    };
+    // The outputs of a row from first_inside on that pair up at stride 1.
+    int first_inside = 0;
+    while (first_inside < out_w && kind_of(first_inside) != word_at::inside) ++first_inside;
+    int inside_end = first_inside;
+    while (inside_end < out_w && kind_of(inside_end) == word_at::inside) ++inside_end;
     for (int c = 0; c < p.output.channels; ++c) {
         const std::int8_t* plane = input + c * p.input.plane();
         const std::int8_t* filter = p.weights + c * 9;
@@ -50,24 +68,58 @@ inline void depthwise_conv2d_3x3(const conv2d_params& p, const std::int8_t* inpu
         for (int oy = 0; oy < p.output.height; ++oy, out += out_w) {
             const int iy0 = oy * p.win.stride_h - p.win.padding_h;
             const tap_range ky = valid_taps(iy0, 3, 1, p.input.height);
-            const int row0 = iy0 * in_w - p.win.padding_w;  // the index of row iy0, column -padding (may be negative)
-            // Tap by tap, for the outputs at the edges.
-            const auto edge = [&](int ox) {
-                const int ix0 = ox * stride_w - p.win.padding_w;
-                const tap_range kx = valid_taps(ix0, 3, 1, in_w);
+            const int row0 = iy0 * in_w;  // the index of row iy0 (negative above the plane)
+            const auto one = [&](int ox) {
+                const int ix0 = ox * stride_w - padding_w;
                 std::int32_t sum = 0;
-                for (int y = ky.begin; y < ky.end; ++y)
-                    for (int x = kx.begin; x < kx.end; ++x)
-                        sum += (plane[(iy0 + y) * in_w + ix0 + x] + p.input_offset) * filter[y * 3 + x];
-                out[ox] = requantize_output_32bit(sum, bias, m, p.output_offset, p.range);
+                switch (kind_of(ox)) {
+                    case word_at::inside:
+                        for (int y = ky.begin; y < ky.end; ++y) {
+                            const std::int32_t word = simd::load4(plane + (row0 + y * in_w + ix0));
+                            sum = simd::dual_multiply_add(simd::even_bytes_plus(offsets, word), outer[y], sum);
+                            sum = simd::multiply_add_low(simd::odd_bytes_plus(offsets, word), middle[y], sum);
+                        }
+                        break;
+                    case word_at::shifted:  // levels ix0 - 1 .. ix0 + 2: b1 w0 + b2 w1 + b3 w2
+                        for (int y = ky.begin; y < ky.end; ++y) {
+                            const std::int32_t word = simd::load4(plane + (row0 + y * in_w + ix0 - 1));
+                            const simd::pair even = simd::even_bytes_plus(offsets, word), odd = simd::odd_bytes_plus(offsets, word);
+                            sum = simd::multiply_add_low(odd, outer[y], sum);
+                            sum = simd::multiply_add_high_low(even, middle[y], sum);
+                            sum = simd::multiply_add_high(odd, outer[y], sum);
+                        }
+                        break;
+                    case word_at::left_edge:  // levels 0 .. 3: b0 w1 + b1 w2
+                        for (int y = ky.begin; y < ky.end; ++y) {
+                            const std::int32_t word = simd::load4(plane + (row0 + y * in_w));
+                            sum = simd::multiply_add_low(simd::even_bytes_plus(offsets, word), middle[y], sum);
+                            sum = simd::multiply_add_low_high(simd::odd_bytes_plus(offsets, word), outer[y], sum);
+                        }
+                        break;
+                    case word_at::right_edge:  // levels w - 4 .. w - 1: b2 w0 + b3 w1
+                        for (int y = ky.begin; y < ky.end; ++y) {
+                            const std::int32_t word = simd::load4(plane + (row0 + y * in_w + in_w - 4));
+                            sum = simd::multiply_add_high_low(simd::even_bytes_plus(offsets, word), outer[y], sum);
+                            sum = simd::multiply_add_high_low(simd::odd_bytes_plus(offsets, word), middle[y], sum);
+                        }
+                        break;
+                    case word_at::tap_by_tap: {
+                        const tap_range kx = valid_taps(ix0, 3, 1, in_w);
+                        for (int y = ky.begin; y < ky.end; ++y)
+                            for (int x = kx.begin; x < kx.end; ++x)
+                                sum += (plane[row0 + y * in_w + ix0 + x] + input_offset) * filter[y * 3 + x];
+                        break;
+                    }
+                }
+                out[ox] = requantize_output_32bit(sum, bias, m, output_offset, range);
             };
             int ox = 0;
-            for (; ox < first_inside && ox < out_w; ++ox) edge(ox);
+            for (; ox < first_inside; ++ox) one(ox);
             if (stride_w == 1) {
                 for (; ox + 1 < inside_end; ox += 2) {
                     std::int32_t first = 0, second = 0;
                     for (int y = ky.begin; y < ky.end; ++y) {
-                        const std::int32_t word = simd::load4(plane + (row0 + y * in_w + ox));
+                        const std::int32_t word = simd::load4(plane + (row0 + y * in_w + ox - padding_w));
                         const simd::pair even = simd::even_bytes_plus(offsets, word);  // b0, b2
                         const simd::pair odd = simd::odd_bytes_plus(offsets, word);    // b1, b3
                         first = simd::dual_multiply_add(even, outer[y], first);
@@ -75,20 +127,11 @@ inline void depthwise_conv2d_3x3(const conv2d_params& p, const std::int8_t* inpu
                         second = simd::dual_multiply_add(odd, outer[y], second);
                         second = simd::multiply_add_high_low(even, middle[y], second);
                     }
-                    out[ox] = requantize_output_32bit(first, bias, m, p.output_offset, p.range);
-                    out[ox + 1] = requantize_output_32bit(second, bias, m, p.output_offset, p.range);
+                    out[ox] = requantize_output_32bit(first, bias, m, output_offset, range);
+                    out[ox + 1] = requantize_output_32bit(second, bias, m, output_offset, range);
                 }
             }
-            for (; ox < inside_end; ++ox) {
-                std::int32_t sum = 0;
-                for (int y = ky.begin; y < ky.end; ++y) {
-                    const std::int32_t word = simd::load4(plane + (row0 + y * in_w + ox * stride_w));
-                    sum = simd::dual_multiply_add(simd::even_bytes_plus(offsets, word), outer[y], sum);
-                    sum = simd::multiply_add_low(simd::odd_bytes_plus(offsets, word), middle[y], sum);
-                }
-                out[ox] = requantize_output_32bit(sum, bias, m, p.output_offset, p.range);
-            }
-            for (; ox < out_w; ++ox) edge(ox);
+            for (; ox < out_w; ++ox) one(ox);
         }
     }
 }

@@ -27,6 +27,7 @@ VERSATIL_FIRMWARE_INLINE void dot_rows(const std::int8_t* x, const std::int8_t* 
     for (; i + 4 <= n; i += 4) {
         const std::int32_t xs = simd::load4(x + i);
         const simd::pair x_even = simd::even_bytes_plus(offsets, xs), x_odd = simd::odd_bytes_plus(offsets, xs);
+#pragma GCC unroll 4
         for (int r = 0; r < Rows; ++r) {
             const std::int32_t ws = simd::load4(w + r * n + i);
             acc[r] = simd::dual_multiply_add(x_even, simd::even_bytes(ws), acc[r]);
@@ -34,13 +35,15 @@ VERSATIL_FIRMWARE_INLINE void dot_rows(const std::int8_t* x, const std::int8_t* 
         }
     }
     for (; i < n; ++i)
+#pragma GCC unroll 4
         for (int r = 0; r < Rows; ++r) acc[r] += (x[i] + x_offset) * w[r * n + i];
+#pragma GCC unroll 4
     for (int r = 0; r < Rows; ++r) sums[r] = acc[r];
 }
 
 }  // namespace detail
 
-inline void linear_blocked(const linear_params& p, const std::int8_t* input, std::int8_t* output) noexcept {
+VERSATIL_FIRMWARE_HOT inline void linear_blocked(const linear_params& p, const std::int8_t* input, std::int8_t* output) noexcept {
     const int n = p.in_features;
     const auto finish = [&](int o, std::int32_t sum) {
         output[o] = requantize_output_32bit(sum, p.bias != nullptr ? p.bias[o] : 0, p.multipliers[o], p.output_offset,
@@ -50,6 +53,7 @@ inline void linear_blocked(const linear_params& p, const std::int8_t* input, std
     for (; o + 4 <= p.out_features; o += 4) {
         std::int32_t sums[4];
         detail::dot_rows<4>(input, p.weights + o * n, n, p.input_offset, sums);
+#pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) finish(o + r, sums[r]);
     }
     for (; o + 2 <= p.out_features; o += 2) {
