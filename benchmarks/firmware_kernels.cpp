@@ -25,7 +25,7 @@ volatile std::uint32_t* const systick = reinterpret_cast<volatile std::uint32_t*
 constexpr int instructions_per_tick = 40;
 
 std::int8_t input[48 * 48 * 32], reference_output[48 * 48 * 32], fast_output[48 * 48 * 32];
-std::int8_t weights[640 * 128], packed_weights[640 * 128], scratch[4 * 32 * 9];
+std::int8_t weights[640 * 128], packed_weights[640 * 128], scratch[4 * 64 * 9];
 std::int32_t bias[128];
 versatil::math::fixed_point_multiplier multipliers[128];
 
@@ -108,7 +108,7 @@ void convolution(const char* layer, fw::shape in, int out_channels, fw::window w
     const long macs = static_cast<long>(p.output.elements()) * (in.channels / groups) * win.kernel_h * win.kernel_w;
     report(layer, "conv2d", macs, instructions([&] { fw::conv2d(p, input, reference_output); }));
     if (fw::depthwise_conv2d_3x3_applies(p))
-        report(layer, "depthwise_conv2d_3x3", macs, instructions([&] { fw::depthwise_conv2d_3x3(p, input, fast_output); }));
+        report(layer, "depthwise_conv2d_3x3", macs, instructions([&] { fw::depthwise_conv2d_3x3(p, input, fast_output, scratch); }));
     else {
         fw::conv2d_params packed = p;  // the exporter stores the weights in the kernel's order
         fw::conv2d_im2col_pack_weights(weights, out_channels, fw::conv2d_patch_length(p), packed_weights);

@@ -156,9 +156,9 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         fw::conv2d_im2col(packed_q, input2 + misalign, fast_output + misalign, scratch + misalign);
         mismatches += compare_fast("conv2d_im2col", n, misalign, p.output.elements());
         if (fw::depthwise_conv2d_3x3_applies(q)) {
-            fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign);
+            fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign, scratch + misalign);
             mismatches += compare_fast("depthwise_conv2d_3x3", n, misalign, p.output.elements());
-            const bool in_place_ok = in_place_matches(q, p.output.elements(), [](const auto& k, const std::int8_t* i, std::int8_t* o) { fw::depthwise_conv2d_3x3(k, i, o); });
+            const bool in_place_ok = in_place_matches(q, p.output.elements(), [](const auto& k, const std::int8_t* i, std::int8_t* o) { fw::depthwise_conv2d_3x3(k, i, o, scratch + 1); });
             mismatches += in_place_ok ? 0 : 1;
             if (!in_place_ok) console::line() << "depthwise_conv2d_3x3 " << n << " in-place mismatch\n";
         }
