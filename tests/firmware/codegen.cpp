@@ -142,7 +142,17 @@ TEST_CASE("run_on_host equals a plain executor with a buffer per tensor, and rea
             const layer_params params = bound(layer);
             const auto& a = tensors[static_cast<std::size_t>(layer.inputs[0])];
             auto& out = tensors[static_cast<std::size_t>(layer.output)];
-            if (const auto* p = std::get_if<fw::conv2d_params>(&params)) fw::conv2d(*p, a.data(), out.data());
+            if (const auto* p = std::get_if<fw::conv2d_params>(&params)) {
+                // The reference kernel, on the weights in the reference order (the exporter
+                // stored conv2d_im2col's in that kernel's order; the reordering is its own inverse).
+                std::vector<std::int8_t> reference = layer.weights;
+                if (layer.kernel == fw::conv2d_kernel::conv2d_im2col)
+                    fw::conv2d_im2col_pack_weights(layer.weights.data(), p->output.channels, fw::conv2d_patch_length(*p),
+                                                   reference.data());
+                fw::conv2d_params q = *p;
+                q.weights = reference.data();
+                fw::conv2d(q, a.data(), out.data());
+            }
             else if (const auto* p = std::get_if<fw::linear_params>(&params)) fw::linear(*p, a.data(), out.data());
             else if (const auto* p = std::get_if<fw::add_params>(&params)) fw::add(*p, a.data(), tensors[static_cast<std::size_t>(layer.inputs[1])].data(), out.data());
             else if (const auto* p = std::get_if<fw::clamp_params>(&params)) fw::clamp(*p, a.data(), out.data());
@@ -190,6 +200,7 @@ TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API 
                              "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena) noexcept",
                              "inline constexpr auto plan = fw::plan_arena(tensors, layers, input_tensor, output_tensor);",
                              "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
-                             "fw::conv2d(detail::layer_2, a + plan.tensors[", ", in place\n"})
+                             "fw::depthwise_conv2d_3x3(detail::layer_2, a + plan.tensors[", "fw::conv2d_im2col(detail::layer_0, ",
+                             "fw::linear_blocked(detail::layer_", "kernel conv2d_im2col, weights in its order", ", in place\n"})
         CHECK_MESSAGE(text.find(part) != std::string::npos, part);
 }

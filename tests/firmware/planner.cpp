@@ -139,6 +139,17 @@ random_graph make_graph(std::mt19937& random) {
     return g;
 }
 
+// Some of the convolutions given a scratch tensor (a kernel's working memory, alive during
+// its layer only), appended after every other tensor.
+void add_scratch(random_graph& g, std::mt19937& random) {
+    for (fw::layer& l : g.layers) {
+        if (l.kind != fw::layer_kind::conv2d || random() % 2 == 0) continue;
+        const int bytes = 1 + static_cast<int>(random() % 400);
+        g.tensors.push_back({bytes, 1, 1});
+        l = fw::with_scratch(l, static_cast<int>(g.tensors.size()) - 1, static_cast<std::size_t>(bytes));
+    }
+}
+
 // A convolution's geometry (no arrays: the planner needs shapes only).
 fw::conv2d_params conv(fw::shape in, fw::shape out, fw::window w = {}, int groups = 1) {
     fw::conv2d_params p;
@@ -170,25 +181,29 @@ int view_root(const random_graph& g, int t) {
 
 }  // namespace
 
-TEST_CASE("random graphs: live tensors never share bytes except by the in-place rule; arena >= live-set bound") {
+TEST_CASE("random graphs: live tensors never share bytes except by the in-place rule; live-set bound <= arena <= greedy") {
     std::mt19937 random(21);
-    int graphs = 0, at_bound = 0, below_greedy = 0, in_place_layers = 0;
+    int graphs = 0, at_bound = 0, below_greedy = 0, in_place_layers = 0, with_scratch = 0;
     for (int n = 0; n < 3000; ++n) {
-        const random_graph g = make_graph(random);
+        random_graph g = make_graph(random);
         if (g.layers.empty()) continue;
         ++graphs;
         const int output = static_cast<int>(g.tensors.size()) - 1;
+        if (n % 2 == 1) add_scratch(g, random);
+        with_scratch += static_cast<int>(g.tensors.size()) - 1 > output ? 1 : 0;
         const planned p = plan(g, output);
         const int count = static_cast<int>(g.tensors.size()), steps = static_cast<int>(g.layers.size());
         std::vector<int> first(static_cast<std::size_t>(count), -1), last(static_cast<std::size_t>(count), -1);
         for (int i = 0; i < steps; ++i) {
             const fw::layer& l = g.layers[static_cast<std::size_t>(i)];
             first[static_cast<std::size_t>(l.output)] = last[static_cast<std::size_t>(l.output)] = i;
+            if (l.scratch >= 0) first[static_cast<std::size_t>(l.scratch)] = last[static_cast<std::size_t>(l.scratch)] = i;
             for (int k = 0; k < l.input_count(); ++k) last[static_cast<std::size_t>(l.inputs[k])] = std::max(last[static_cast<std::size_t>(l.inputs[k])], i);
         }
         last[static_cast<std::size_t>(output)] = steps;
         CHECK(p.at[0].external);
         CHECK(p.figures.arena_bytes >= p.figures.lower_bound_bytes);
+        CHECK(p.figures.arena_bytes <= p.figures.greedy_bytes);  // the fallback to no in-place layers
         CHECK(p.figures.greedy_bytes >= p.figures.lower_bound_bytes);
         for (int a = 0; a < count; ++a) {
             const fw::placement pa = p.at[static_cast<std::size_t>(a)];
@@ -221,8 +236,10 @@ TEST_CASE("random graphs: live tensors never share bytes except by the in-place 
         at_bound += p.figures.arena_bytes == p.figures.lower_bound_bytes ? 1 : 0;
         below_greedy += p.figures.arena_bytes < p.figures.greedy_bytes ? 1 : 0;
     }
-    MESSAGE(graphs << " graphs: arena at the live-set bound in " << at_bound << ", below the greedy planner in "
-                   << below_greedy << "; " << in_place_layers << " tensor pairs written in place");
+    MESSAGE(graphs << " graphs (" << with_scratch << " with scratch): arena at the live-set bound in " << at_bound
+                   << ", below the greedy planner in " << below_greedy << "; " << in_place_layers
+                   << " tensor pairs written in place");
+    CHECK(with_scratch > graphs / 4);
     CHECK(at_bound > graphs * 8 / 10);
     CHECK(in_place_layers > 500);
 }

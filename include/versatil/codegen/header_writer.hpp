@@ -80,9 +80,12 @@ inline bool is_identifier(std::string_view name) {
     return true;
 }
 
-inline const char* kernel_name(const layer_params& params) {
-    static constexpr const char* names[] = {"conv2d", "linear", "add", "clamp", "max_pool2d", "avg_pool2d", "flatten"};
-    return names[params.index()];
+// The kernel a layer's call names: the convolution kernel chosen for it, linear_blocked for a
+// linear layer, the op's own kernel otherwise.
+inline const char* kernel_name(const lowered_layer& layer) {
+    static constexpr const char* names[] = {"conv2d", "linear_blocked", "add", "clamp", "max_pool2d", "avg_pool2d", "flatten"};
+    if (std::holds_alternative<firmware::conv2d_params>(layer.params)) return firmware::name(layer.kernel);
+    return names[layer.params.index()];
 }
 
 inline bool overlaps(const firmware::placement& a, std::size_t a_bytes, const firmware::placement& b, std::size_t b_bytes) {
@@ -94,6 +97,9 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
     const std::string n = std::to_string(index);
     std::string text = "// layer " + n + ": " + layer.module + " (" + op_kind_name(layer.source) + ")";
     for (const std::string& fused : layer.fused) text += ", clamp " + fused + " fused";
+    if (std::holds_alternative<firmware::conv2d_params>(layer.params))
+        text += std::string("; kernel ") + firmware::name(layer.kernel) +
+                (layer.kernel == firmware::conv2d_kernel::conv2d_im2col ? ", weights in its order" : "");
     text += "\n";
     const std::string bias = layer.bias.empty() ? "nullptr" : "bias_" + n;
     if (!layer.weights.empty())
@@ -207,6 +213,10 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
         else if (std::holds_alternative<flatten_params>(l.params))
             text += "    fw::flatten_layer(tensors[" + tensor(l.inputs[0]) + "], " + tensor(l.inputs[0]) + ", " +
                     tensor(l.output) + "),\n";
+        else if (l.scratch >= 0)
+            text += "    fw::with_scratch(fw::layer_of(layer_" + n + ", " + tensor(l.inputs[0]) + ", " + tensor(l.output) +
+                    "), " + tensor(l.scratch) + ", " +
+                    std::to_string(firmware::scratch_bytes(l.kernel, std::get<firmware::conv2d_params>(l.params))) + "),\n";
         else
             text += "    fw::layer_of(layer_" + n + ", " + tensor(l.inputs[0]) + ", " + tensor(l.output) + "),\n";
     }
@@ -266,8 +276,11 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             text += "        fw::add(detail::layer_" + n + ", " + operand(l.inputs[0]) + ", " + operand(l.inputs[1]) +
                     ", a + " + place(l.output) + ");" + comment;
         } else {
-            text += std::string("        fw::") + kernel_name(l.params) + "(detail::layer_" + n + ", " + operand(l.inputs[0]) +
-                    ", a + " + place(l.output) + ");" + comment;
+            std::string scratch;
+            if (l.kernel == firmware::conv2d_kernel::conv2d_im2col || l.kernel == firmware::conv2d_kernel::depthwise_conv2d_3x3)
+                scratch = l.scratch >= 0 ? ", a + " + place(l.scratch) : std::string(", nullptr");
+            text += std::string("        fw::") + kernel_name(l) + "(detail::layer_" + n + ", " + operand(l.inputs[0]) +
+                    ", a + " + place(l.output) + scratch + ");" + comment;
         }
     }
     text += "        const std::int8_t* const result = " + operand(g.output) + ";\n"

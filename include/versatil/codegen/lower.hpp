@@ -4,8 +4,11 @@
 // multiplier and shift (math::quantize_multiplier), adds take TFLite's parameters, and clamps
 // (relu, relu6, hardtanh) fold into the output range of the op that produces their input when
 // that op has one, the clamp is its only reader and both sides share their quantization;
-// otherwise the clamp stays a layer of its own. The result is what both header_for and
-// run_on_host use.
+// otherwise the clamp stays a layer of its own. Each convolution gets the fastest kernel for
+// its shape (firmware/convolution/kernel_choice.hpp), its weights in that kernel's order and,
+// where the kernel needs one, a scratch tensor alive during the layer only; linear layers run
+// linear_blocked on the reference layout. The result is what both header_for and run_on_host
+// use.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 
 #include "versatil/codegen/integer_graph.hpp"
 #include "versatil/codegen/validate.hpp"
+#include "versatil/firmware/convolution/kernel_choice.hpp"
 #include "versatil/firmware/layer.hpp"
 #include "versatil/math/quantize.hpp"
 #include "versatil/math/requantize.hpp"
@@ -37,7 +41,9 @@ struct lowered_layer {
     std::vector<int> inputs;       // indices into lowered_graph::tensors
     int output = -1;
     layer_params params;           // the arrays below are not bound yet: see bound()
-    std::vector<std::int8_t> weights;
+    firmware::conv2d_kernel kernel = firmware::conv2d_kernel::conv2d;  // conv2d: the kernel that runs it
+    int scratch = -1;              // the tensor its kernel works in, or none
+    std::vector<std::int8_t> weights;  // in the kernel's order
     std::vector<std::int32_t> bias;
     std::vector<math::fixed_point_multiplier> multipliers;
 };
@@ -78,6 +84,10 @@ inline firmware::layer planner_layer(const lowered_layer& l, const lowered_graph
                 return firmware::layer_of(p, g.tensors[static_cast<std::size_t>(l.output)], in, l.output);
             else if constexpr (std::is_same_v<P, flatten_params>)
                 return firmware::flatten_layer(g.tensors[static_cast<std::size_t>(in)], in, l.output);
+            else if constexpr (std::is_same_v<P, firmware::conv2d_params>)
+                return l.scratch < 0 ? firmware::layer_of(p, in, l.output)
+                                     : firmware::with_scratch(firmware::layer_of(p, in, l.output), l.scratch,
+                                                              firmware::scratch_bytes(l.kernel, p));
             else
                 return firmware::layer_of(p, in, l.output);
         },
@@ -163,7 +173,7 @@ inline lowered_graph lower(const integer_graph& graph) {
         const activation_tensor& in = graph.tensors[static_cast<std::size_t>(op.inputs[0])];
         const activation_tensor& out = graph.tensors[static_cast<std::size_t>(op.output)];
         const firmware::shape in_shape = to_firmware(in.shape), out_shape = to_firmware(out.shape);
-        lowered_layer layer{op.module, op.kind, {}, op.inputs, op.output, flatten_params{}, {}, {}, {}};
+        lowered_layer layer{op.module, op.kind, {}, op.inputs, op.output, flatten_params{}, firmware::conv2d_kernel::conv2d, -1, {}, {}, {}};
         switch (op.kind) {
             case op_kind::conv2d:
                 detail::lower_weighted(op, in, out, layer);
@@ -230,6 +240,22 @@ inline lowered_graph lower(const integer_graph& graph) {
         layer.output = use(layer.output);
     }
     lowered.output = use(graph.output);
+    // Kernels, their weight order and scratch: after the renumbering, so scratch tensors come
+    // last in the table.
+    for (lowered_layer& layer : layers) {
+        const auto* conv = std::get_if<firmware::conv2d_params>(&layer.params);
+        if (conv == nullptr) continue;
+        layer.kernel = firmware::fastest_conv2d_kernel(*conv);
+        if (layer.kernel == firmware::conv2d_kernel::conv2d_im2col) {
+            const std::vector<std::int8_t> reference = layer.weights;
+            const int length = firmware::conv2d_patch_length(*conv);
+            firmware::conv2d_im2col_pack_weights(reference.data(), conv->output.channels, length, layer.weights.data());
+        }
+        if (const std::size_t bytes = firmware::scratch_bytes(layer.kernel, *conv); bytes > 0) {
+            layer.scratch = static_cast<int>(lowered.tensors.size());
+            lowered.tensors.push_back({static_cast<int>(bytes), 1, 1});
+        }
+    }
     lowered.layers = std::move(layers);
     const activation_tensor& in = graph.tensors[static_cast<std::size_t>(graph.input)];
     const activation_tensor& out = graph.tensors[static_cast<std::size_t>(graph.output)];

@@ -13,9 +13,15 @@
 //    (largest first, as TFLite Micro's greedy planner; by first use; by lifetime), and the
 //    smallest arena wins.
 //
+// 4. Fallback: where no order with the in-place blocks beats TFLite Micro's greedy planner,
+//    the same three orders without in-place layers; the smallest arena of all wins, so the
+//    arena never exceeds the greedy figure.
+//
+// A layer's scratch (a kernel's working memory) is a tensor alive during that layer only.
+//
 // Figures: the arena; the live-set lower bound, the largest sum over blocks of the bytes of
-// their tensors alive during one layer (no placement with these in-place choices needs
-// less); and what TFLite Micro's greedy-by-size planner needs for the same graph without
+// their tensors alive during one layer with the in-place layers (no placement, with them or
+// without, needs less); and what TFLite Micro's greedy-by-size planner needs for the same graph without
 // in-place layers (views alias there too, and the input is outside both).
 #pragma once
 
@@ -67,6 +73,7 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
     for (int i = 0; i < steps; ++i) {
         const layer& l = layers[i];
         slots[l.output].first = slots[l.output].last = i;
+        if (l.scratch >= 0) slots[l.scratch].first = slots[l.scratch].last = i;
         for (int k = 0; k < l.input_count(); ++k)
             if (slots[l.inputs[k]].last < i) slots[l.inputs[k]].last = i;
     }
@@ -243,18 +250,30 @@ constexpr plan_figures plan_arena(std::span<const shape> tensors, std::span<cons
     form_blocks(tensors, layers, input, output, false, work);
     figures.greedy_bytes = place(work, order_blocks(work, input, block_order::largest_first));
 
+    // With the in-place layers, in three orders; and without them, where sharing bytes made
+    // the placement worse than the greedy planner's (rigid blocks can fit badly): the
+    // smallest wins, so the arena is never above the greedy planner's figure.
     form_blocks(tensors, layers, input, output, true, work);
     figures.lower_bound_bytes = live_set_bound(work, input, steps);
     block_order best_order = block_order::largest_first;
+    bool best_in_place = true;
     std::size_t best = ~std::size_t{0};
-    for (block_order order : {block_order::largest_first, block_order::first_use, block_order::longest_life}) {
-        const std::size_t arena = place(work, order_blocks(work, input, order));
-        if (arena < best) {
-            best = arena;
-            best_order = order;
+    for (bool in_place : {true, false}) {
+        if (!in_place) {
+            if (best <= figures.greedy_bytes) break;
+            form_blocks(tensors, layers, input, output, false, work);
         }
-        if (best == figures.lower_bound_bytes) break;
+        for (block_order order : {block_order::largest_first, block_order::first_use, block_order::longest_life}) {
+            const std::size_t arena = place(work, order_blocks(work, input, order));
+            if (arena < best) {
+                best = arena;
+                best_order = order;
+                best_in_place = in_place;
+            }
+            if (best == figures.lower_bound_bytes) break;
+        }
     }
+    form_blocks(tensors, layers, input, output, best_in_place, work);
     figures.arena_bytes = place(work, order_blocks(work, input, best_order));
     for (int t = 0; t < static_cast<int>(tensors.size()); ++t) {
         const bool external = input >= 0 && work[t].block == work[input].block;

@@ -3,7 +3,8 @@
 // elementwise op may take over an input that dies there; a windowed per-channel op may too,
 // starting in_place_lag levels before it). Built from a kernel's params, so the shapes the
 // planner uses are the ones the kernel runs with; `consistent` checks them against the
-// model's tensor table (the exported header static_asserts it per layer).
+// model's tensor table (the exported header static_asserts it per layer). A layer whose
+// kernel needs scratch names a tensor of the table for it, alive during that layer only.
 #pragma once
 
 #include <cstddef>
@@ -37,9 +38,18 @@ struct layer {
     aliasing alias = aliasing::none;
     std::ptrdiff_t lag = 0;  // windowed: in_place_lag, or not_in_place
     bool geometry_ok = false;  // the kernel's own shapes agree (window, groups, element counts)
+    int scratch = -1;                // the tensor the kernel works in, or none
+    std::size_t scratch_bytes = 0;   // what the kernel needs of it
 
     constexpr int input_count() const noexcept { return inputs[1] >= 0 ? 2 : 1; }
 };
+
+// The layer, its kernel working in tensor `tensor` of at least `bytes` bytes.
+constexpr layer with_scratch(layer l, int tensor, std::size_t bytes) noexcept {
+    l.scratch = tensor;
+    l.scratch_bytes = bytes;
+    return l;
+}
 
 constexpr layer layer_of(const conv2d_params& p, int input, int output) noexcept {
     const bool depthwise = p.groups == p.input.channels && p.groups == p.output.channels;
@@ -90,6 +100,7 @@ constexpr bool consistent(const layer& l, const shape* tensors, std::size_t tens
     if (!l.geometry_ok || !in_table(l.output) || !(tensors[l.output] == l.output_shape)) return false;
     for (int i = 0; i < l.input_count(); ++i)
         if (!in_table(l.inputs[i]) || !(tensors[l.inputs[i]] == l.input_shapes[i])) return false;
+    if (l.scratch >= 0 && (!in_table(l.scratch) || tensors[l.scratch].bytes() < l.scratch_bytes)) return false;
     return true;
 }
 
