@@ -73,4 +73,30 @@ VERSATIL_FIRMWARE_INLINE std::int8_t requantize_output_32bit(std::int32_t accumu
     return clamp_to(simd::saturate17(rescaled) + output_offset, range);
 }
 
+// One output channel's stage, prepared once for the many outputs a fast kernel writes with
+// it. With a shift of -2 or less, requantize_output_32bit's ((high >> right) + 1) >> 1 plus
+// the output offset is ((high >> right) + 1 + 2 * offset) >> 1 (an even number added before
+// halving), and the value then needs no hold before the int8 range: |high >> right| < 2^30.
+// Five instructions and the clamp, against nine.
+struct prepared_output {
+    std::int32_t bias = 0;
+    math::fixed_point_multiplier m;
+    int right = -1;                   // -shift - 2, or -1: requantize_output_32bit's general path
+    std::int32_t round_and_offset = 0;  // 1 + 2 * output offset
+};
+
+VERSATIL_FIRMWARE_INLINE prepared_output prepare_output(std::int32_t bias, math::fixed_point_multiplier m,
+                                                        std::int32_t output_offset) noexcept {
+    return {bias, m, m.shift <= -2 ? -m.shift - 2 : -1, 1 + 2 * output_offset};
+}
+
+// requantize_output(accumulator, bias, m, output_offset, range) for the prepared channel.
+VERSATIL_FIRMWARE_INLINE std::int8_t requantize_prepared(std::int32_t accumulator, const prepared_output& c,
+                                                         std::int32_t output_offset, activation_range range) noexcept {
+    if (c.right < 0) return requantize_output_32bit(accumulator, c.bias, c.m, output_offset, range);
+    const std::int64_t product = std::int64_t{simd::saturating_add(accumulator, c.bias)} * c.m.multiplier;
+    const auto high = static_cast<std::int32_t>(product >> 32);
+    return clamp_to(((high >> c.right) + c.round_and_offset) >> 1, range);
+}
+
 }  // namespace versatil::firmware

@@ -154,8 +154,8 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
     const activation_range range = p.range;
     std::int8_t* const patch_a = scratch;
     std::int8_t* const patch_b = scratch + 2 * length;
-    const auto requantize = [&](std::int32_t sum, int oc) {
-        return requantize_output_32bit(sum, biases != nullptr ? biases[oc] : 0, multipliers[oc], output_offset, range);
+    const auto channel = [&](int oc) {
+        return prepare_output(biases != nullptr ? biases[oc] : 0, multipliers[oc], output_offset);
     };
     for (int g = 0; g < p.groups; ++g) {
         const std::int8_t* group_input = input + g * in_per_group * p.input.plane();
@@ -176,16 +176,19 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
                     std::int32_t acc[4];
                     const std::int8_t* w0 = weights + oc * length;
                     detail::two_channels_two_pixels(patch_a, patch_b, w0, w0 + length, length, acc);
-                    out[0] = requantize(acc[0], oc);
-                    out[1] = requantize(acc[1], oc);
-                    out[pixels] = requantize(acc[2], oc + 1);
-                    out[pixels + 1] = requantize(acc[3], oc + 1);
+                    const prepared_output c0 = channel(oc), c1 = channel(oc + 1);
+                    out[0] = requantize_prepared(acc[0], c0, output_offset, range);
+                    out[1] = requantize_prepared(acc[1], c0, output_offset, range);
+                    out[pixels] = requantize_prepared(acc[2], c1, output_offset, range);
+                    out[pixels + 1] = requantize_prepared(acc[3], c1, output_offset, range);
                 }
             }
             for (; oc < last_channel; ++oc, out += pixels) {
                 const std::int8_t* w = weights + oc * length;
-                out[0] = requantize(detail::one_channel_one_pixel(patch_a, w, length), oc);
-                if (pair) out[1] = requantize(detail::one_channel_one_pixel(patch_b, w, length), oc);
+                const prepared_output c = channel(oc);
+                out[0] = requantize_prepared(detail::one_channel_one_pixel(patch_a, w, length), c, output_offset, range);
+                if (pair)
+                    out[1] = requantize_prepared(detail::one_channel_one_pixel(patch_b, w, length), c, output_offset, range);
             }
         }
     }

@@ -82,8 +82,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
         const simd::pair outer[3] = {simd::make_pair(filter[0], filter[2]), simd::make_pair(filter[3], filter[5]),
                                      simd::make_pair(filter[6], filter[8])};
         const simd::pair middle[3] = {filter[1], filter[4], filter[7]};
-        const std::int32_t bias = p.bias != nullptr ? p.bias[c] : 0;
-        const math::fixed_point_multiplier m = p.multipliers[c];
+        const prepared_output stage = prepare_output(p.bias != nullptr ? p.bias[c] : 0, p.multipliers[c], output_offset);
         std::int8_t* out = output + c * p.output.plane();
         for (int oy = 0; oy < p.output.height; ++oy, out += out_w) {
             const int iy0 = oy * p.win.stride_h - p.win.padding_h;
@@ -131,7 +130,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                         break;
                     }
                 }
-                out[ox] = requantize_output_32bit(sum, bias, m, output_offset, range);
+                out[ox] = requantize_prepared(sum, stage, output_offset, range);
             };
             int ox = 0;
             for (; ox < first_inside; ++ox) one(ox);
@@ -155,8 +154,8 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                         row(at, outer0, middle0);
                         row(at + in_w, outer1, middle1);
                         row(at + 2 * in_w, outer2, middle2);
-                        out[ox] = requantize_output_32bit(first, bias, m, output_offset, range);
-                        out[ox + 1] = requantize_output_32bit(second, bias, m, output_offset, range);
+                        out[ox] = requantize_prepared(first, stage, output_offset, range);
+                        out[ox + 1] = requantize_prepared(second, stage, output_offset, range);
                     }
                 }
                 for (; ox < inside_end; ++ox, at += stride_w) {
@@ -169,7 +168,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                     row(at, outer0, middle0);
                     row(at + in_w, outer1, middle1);
                     row(at + 2 * in_w, outer2, middle2);
-                    out[ox] = requantize_output_32bit(sum, bias, m, output_offset, range);
+                    out[ox] = requantize_prepared(sum, stage, output_offset, range);
                 }
             }
             if (stride_w == 1) {
@@ -184,8 +183,8 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                         second = simd::dual_multiply_add(odd, outer[y], second);
                         second = simd::multiply_add_high_low(even, middle[y], second);
                     }
-                    out[ox] = requantize_output_32bit(first, bias, m, output_offset, range);
-                    out[ox + 1] = requantize_output_32bit(second, bias, m, output_offset, range);
+                    out[ox] = requantize_prepared(first, stage, output_offset, range);
+                    out[ox + 1] = requantize_prepared(second, stage, output_offset, range);
                 }
             }
             for (; ox < inside_end; ++ox) {
@@ -195,7 +194,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                     sum = simd::dual_multiply_add(simd::even_bytes_plus(offsets, word), outer[y], sum);
                     sum = simd::multiply_add_low(simd::odd_bytes_plus(offsets, word), middle[y], sum);
                 }
-                out[ox] = requantize_output_32bit(sum, bias, m, output_offset, range);
+                out[ox] = requantize_prepared(sum, stage, output_offset, range);
             }
             for (; ox < out_w; ++ox) one(ox);
         }

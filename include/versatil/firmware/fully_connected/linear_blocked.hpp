@@ -46,8 +46,8 @@ VERSATIL_FIRMWARE_INLINE void dot_rows(const std::int8_t* x, const std::int8_t* 
 VERSATIL_FIRMWARE_HOT inline void linear_blocked(const linear_params& p, const std::int8_t* input, std::int8_t* output) noexcept {
     const int n = p.in_features;
     const auto finish = [&](int o, std::int32_t sum) {
-        output[o] = requantize_output_32bit(sum, p.bias != nullptr ? p.bias[o] : 0, p.multipliers[o], p.output_offset,
-                                            p.range);
+        const prepared_output stage = prepare_output(p.bias != nullptr ? p.bias[o] : 0, p.multipliers[o], p.output_offset);
+        output[o] = requantize_prepared(sum, stage, p.output_offset, p.range);
     };
     int o = 0;
     for (; o + 4 <= p.out_features; o += 4) {
