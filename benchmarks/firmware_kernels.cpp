@@ -111,7 +111,7 @@ void convolution(const char* layer, fw::shape in, int out_channels, fw::window w
         report(layer, "depthwise_conv2d_3x3", macs, instructions([&] { fw::depthwise_conv2d_3x3(p, input, fast_output, scratch); }));
     else {
         fw::conv2d_params packed = p;  // the exporter stores the weights in the kernel's order
-        fw::conv2d_im2col_pack_weights(weights, out_channels, fw::conv2d_patch_length(p), packed_weights);
+        fw::conv2d_im2col_pack_weights(p, weights, packed_weights);
         packed.weights = packed_weights;
         report(layer, "conv2d_im2col", macs, instructions([&] { fw::conv2d_im2col(packed, input, fast_output, scratch); }));
     }

@@ -144,11 +144,15 @@ TEST_CASE("run_on_host equals a plain executor with a buffer per tensor, and rea
             auto& out = tensors[static_cast<std::size_t>(layer.output)];
             if (const auto* p = std::get_if<fw::conv2d_params>(&params)) {
                 // The reference kernel, on the weights in the reference order (the exporter
-                // stored conv2d_im2col's in that kernel's order; the reordering is its own inverse).
+                // stored conv2d_im2col's in that kernel's order).
                 std::vector<std::int8_t> reference = layer.weights;
-                if (layer.kernel == fw::conv2d_kernel::conv2d_im2col)
-                    fw::conv2d_im2col_pack_weights(layer.weights.data(), p->output.channels, fw::conv2d_patch_length(*p),
-                                                   reference.data());
+                if (layer.kernel == fw::conv2d_kernel::conv2d_im2col) {
+                    const int length = fw::conv2d_patch_length(*p);
+                    for (int oc = 0; oc < p->output.channels; ++oc)
+                        for (int k = 0; k < length; ++k)
+                            reference[static_cast<std::size_t>(oc * length + k)] =
+                                layer.weights[static_cast<std::size_t>(fw::conv2d_im2col_weight_position(*p, oc, k))];
+                }
                 fw::conv2d_params q = *p;
                 q.weights = reference.data();
                 fw::conv2d(q, a.data(), out.data());

@@ -151,7 +151,7 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         fw::conv2d_params q = p;
         q.weights = weights + 3 - misalign;
         fw::conv2d_params packed_q = q;
-        fw::conv2d_im2col_pack_weights(q.weights, out_c, fw::conv2d_patch_length(q), packed + misalign);
+        fw::conv2d_im2col_pack_weights(q, q.weights, packed + misalign);
         packed_q.weights = packed + misalign;
         fw::conv2d_im2col(packed_q, input2 + misalign, fast_output + misalign, scratch + misalign);
         mismatches += compare_fast("conv2d_im2col", n, misalign, p.output.elements());

@@ -248,8 +248,7 @@ inline lowered_graph lower(const integer_graph& graph) {
         layer.kernel = firmware::fastest_conv2d_kernel(*conv);
         if (layer.kernel == firmware::conv2d_kernel::conv2d_im2col) {
             const std::vector<std::int8_t> reference = layer.weights;
-            const int length = firmware::conv2d_patch_length(*conv);
-            firmware::conv2d_im2col_pack_weights(reference.data(), conv->output.channels, length, layer.weights.data());
+            firmware::conv2d_im2col_pack_weights(*conv, reference.data(), layer.weights.data());
         }
         if (const std::size_t bytes = firmware::scratch_bytes(layer.kernel, *conv); bytes > 0) {
             layer.scratch = static_cast<int>(lowered.tensors.size());

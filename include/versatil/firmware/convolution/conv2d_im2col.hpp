@@ -4,7 +4,8 @@
 //
 // For two output pixels at a time it writes their input patches (im2col) into the scratch as
 // 16-bit values with the input offset added (padded taps 0), in the weights' order (input
-// channel, ky, kx). Then two output channels by the two pixels are four accumulators held in
+// channel, ky, kx), interleaved by groups of four taps (A's four, B's four, ...; then A's and
+// B's last length % 4 each at their own eight bytes), so one pointer walks both. Then two output channels by the two pixels are four accumulators held in
 // registers: four patch values are two word loads, the pairs (0, 1) and (2, 3), and four
 // weights of a row one load widened by two SXTB16, which give bytes (0, 2) and (1, 3); so the
 // exporter stores each whole group of four weights of a row as w0 w2 w1 w3
@@ -31,32 +32,52 @@ constexpr int conv2d_patch_length(const conv2d_params& p) noexcept {
     return p.input.channels / p.groups * p.win.kernel_h * p.win.kernel_w;
 }
 
-// Two patches of 16-bit values.
+// Two patches of 16-bit values, and room for the second one's tail at eight bytes from the first's.
 constexpr std::size_t conv2d_im2col_scratch_bytes(const conv2d_params& p) noexcept {
-    return 4 * static_cast<std::size_t>(conv2d_patch_length(p));
+    return 4 * static_cast<std::size_t>(conv2d_patch_length(p)) + 8;
 }
 
-// Where weight k of a row of `length` goes in the kernel's order: inside each whole group of
-// four, the second and third swap places; the last length % 4 stay. Its own inverse.
-constexpr int conv2d_im2col_weight_order(int k, int length) noexcept {
-    if (k >= (length & ~3)) return k;
-    const int lane = k & 3;
-    return (k & ~3) | (lane == 1 ? 2 : (lane == 2 ? 1 : lane));
+// Where weight k of output channel oc goes in the kernel's order. Within a group of
+// convolution channels, rows pair up (oc, oc + 1) as the kernel reads them: for each whole
+// group of four taps, four bytes of the first row then four of the second, each four as
+// w0 w2 w1 w3; then the last length % 4 taps of the first row and of the second. A group's
+// last row, when its count is odd, keeps its own bytes, whole groups as w0 w2 w1 w3. Every
+// row still starts at oc * length.
+constexpr int conv2d_im2col_weight_position(const conv2d_params& p, int oc, int k) noexcept {
+    const int length = conv2d_patch_length(p), grouped = length & ~3, tail = length - grouped;
+    const int per_group = p.output.channels / p.groups, local = oc % per_group;
+    const int lane = k & 3, swapped = (k & ~3) | (lane == 1 ? 2 : (lane == 2 ? 1 : lane));
+    const bool second = (local & 1) == 1, single = !second && local + 1 == per_group;
+    if (single) return oc * length + (k < grouped ? swapped : k);
+    const int base = (second ? oc - 1 : oc) * length, row = second ? 1 : 0;
+    if (k < grouped) return base + (k & ~3) * 2 + row * 4 + (swapped & 3);
+    return base + grouped * 2 + row * tail + (k - grouped);
 }
 
-// The reference layout's weights (rows of `length`) in the kernel's order.
-constexpr void conv2d_im2col_pack_weights(const std::int8_t* weights, int rows, int length, std::int8_t* packed) noexcept {
-    for (int r = 0; r < rows; ++r)
-        for (int k = 0; k < length; ++k) packed[r * length + conv2d_im2col_weight_order(k, length)] = weights[r * length + k];
+// The reference layout's weights ([out][in / groups][kh][kw]) in the kernel's order.
+constexpr void conv2d_im2col_pack_weights(const conv2d_params& p, const std::int8_t* weights, std::int8_t* packed) noexcept {
+    const int length = conv2d_patch_length(p);
+    for (int oc = 0; oc < p.output.channels; ++oc)
+        for (int k = 0; k < length; ++k) packed[conv2d_im2col_weight_position(p, oc, k)] = weights[oc * length + k];
 }
 
 namespace detail {
 
-VERSATIL_FIRMWARE_INLINE void put_halfword(std::int8_t*& at, std::int32_t value) noexcept {
-    const auto half = static_cast<std::int16_t>(value);
-    __builtin_memcpy(at, &half, 2);
-    at += 2;
-}
+// Writes one patch into the interleaved scratch: after each four values, past the other's four.
+struct patch_writer {
+    std::int8_t* at;
+    int left = 4;
+
+    VERSATIL_FIRMWARE_INLINE void put(std::int32_t value) noexcept {
+        const auto half = static_cast<std::int16_t>(value);
+        __builtin_memcpy(at, &half, 2);
+        at += 2;
+        if (--left == 0) {
+            left = 4;
+            at += 8;
+        }
+    }
+};
 
 VERSATIL_FIRMWARE_INLINE std::int32_t get_halfword(const std::int8_t* at) noexcept {
     std::int16_t half;
@@ -64,15 +85,16 @@ VERSATIL_FIRMWARE_INLINE std::int32_t get_halfword(const std::int8_t* at) noexce
     return half;
 }
 
-// Writes the patch of output pixel (oy, ox), in the weights' order, from `at` on.
-VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t* at, const std::int8_t* group_input, int oy,
-                       int ox) noexcept {
+// Writes the patch of output pixel (oy, ox), in the weights' order, as patch `which` (0, 1).
+VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t* scratch, int which,
+                                            const std::int8_t* group_input, int oy, int ox) noexcept {
+    patch_writer out{scratch + 8 * which};
     const int in_per_group = p.input.channels / p.groups, kernel_h = p.win.kernel_h, kernel_w = p.win.kernel_w;
     const int in_w = p.input.width, in_plane = p.input.plane(), offset = p.input_offset;
     const int iy0 = oy * p.win.stride_h - p.win.padding_h, ix0 = ox * p.win.stride_w - p.win.padding_w;
     if (kernel_h == 1 && kernel_w == 1 && iy0 >= 0 && iy0 < p.input.height && ix0 >= 0 && ix0 < in_w) {
         const std::int8_t* x = group_input + iy0 * in_w + ix0;  // pointwise: one value a channel
-        for (int ic = 0; ic < in_per_group; ++ic, x += in_plane) put_halfword(at, *x + offset);
+        for (int ic = 0; ic < in_per_group; ++ic, x += in_plane) out.put(*x + offset);
         return;
     }
     const tap_range rows = valid_taps(iy0, kernel_h, p.win.dilation_h, p.input.height);
@@ -82,43 +104,44 @@ VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t
         const std::int8_t* plane = group_input + ic * in_plane;
         for (int ky = 0; ky < kernel_h; ++ky) {
             if (ky < rows.begin || ky >= rows.end) {
-                for (int kx = 0; kx < kernel_w; ++kx) put_halfword(at, 0);
+                for (int kx = 0; kx < kernel_w; ++kx) out.put(0);
                 continue;
             }
             const int row = (iy0 + ky * p.win.dilation_h) * in_w + ix0;  // ix0 may be negative
             int kx = 0;
-            for (; kx < cols.begin; ++kx) put_halfword(at, 0);
-            for (; kx < cols.end; ++kx) put_halfword(at, plane[row + kx * dilation_w] + offset);
-            for (; kx < kernel_w; ++kx) put_halfword(at, 0);
+            for (; kx < cols.begin; ++kx) out.put(0);
+            for (; kx < cols.end; ++kx) out.put(plane[row + kx * dilation_w] + offset);
+            for (; kx < kernel_w; ++kx) out.put(0);
         }
     }
 }
 
-// Two output channels (weight rows w0, w1) by two patches (a, b).
-VERSATIL_FIRMWARE_INLINE void two_channels_two_pixels(const std::int8_t* a, const std::int8_t* b, const std::int8_t* w0,
-                                                      const std::int8_t* w1, int length, std::int32_t (&acc)[4]) noexcept {
+// Two output channels (the row pair at w) by both patches.
+VERSATIL_FIRMWARE_INLINE void two_channels_two_pixels(const std::int8_t* x, const std::int8_t* w, int length,
+                                                      std::int32_t (&acc)[4]) noexcept {
     std::int32_t c0a = 0, c0b = 0, c1a = 0, c1b = 0;
-    for (int groups = length >> 2; groups > 0; --groups, a += 8, b += 8, w0 += 4, w1 += 4) {
-        const std::int32_t weights0 = simd::load4(w0), weights1 = simd::load4(w1);
+    for (int groups = length >> 2; groups > 0; --groups, x += 16, w += 8) {
+        const std::int32_t weights0 = simd::load4(w), weights1 = simd::load4(w + 4);
         const simd::pair w0_low = simd::even_bytes(weights0), w0_high = simd::odd_bytes(weights0);
         const simd::pair w1_low = simd::even_bytes(weights1), w1_high = simd::odd_bytes(weights1);
-        const simd::pair a_low = simd::load4(a), a_high = simd::load4(a + 4);
+        const simd::pair a_low = simd::load4(x), a_high = simd::load4(x + 4);
         c0a = simd::dual_multiply_add(a_low, w0_low, c0a);
         c0a = simd::dual_multiply_add(a_high, w0_high, c0a);
         c1a = simd::dual_multiply_add(a_low, w1_low, c1a);
         c1a = simd::dual_multiply_add(a_high, w1_high, c1a);
-        const simd::pair b_low = simd::load4(b), b_high = simd::load4(b + 4);
+        const simd::pair b_low = simd::load4(x + 8), b_high = simd::load4(x + 12);
         c0b = simd::dual_multiply_add(b_low, w0_low, c0b);
         c0b = simd::dual_multiply_add(b_high, w0_high, c0b);
         c1b = simd::dual_multiply_add(b_low, w1_low, c1b);
         c1b = simd::dual_multiply_add(b_high, w1_high, c1b);
     }
-    for (int k = length & 3; k > 0; --k, a += 2, b += 2, ++w0, ++w1) {
-        const std::int32_t xa = get_halfword(a), xb = get_halfword(b);
-        c0a += xa * *w0;
-        c0b += xb * *w0;
-        c1a += xa * *w1;
-        c1b += xb * *w1;
+    const int tail = length & 3;
+    for (int k = 0; k < tail; ++k, x += 2, ++w) {
+        const std::int32_t xa = get_halfword(x), xb = get_halfword(x + 8);
+        c0a += xa * w[0];
+        c0b += xb * w[0];
+        c1a += xa * w[tail];
+        c1b += xb * w[tail];
     }
     acc[0] = c0a;
     acc[1] = c0b;
@@ -126,16 +149,17 @@ VERSATIL_FIRMWARE_INLINE void two_channels_two_pixels(const std::int8_t* a, cons
     acc[3] = c1b;
 }
 
-// One output channel (weight row w) by one patch.
-VERSATIL_FIRMWARE_INLINE std::int32_t one_channel_one_pixel(const std::int8_t* a, const std::int8_t* w,
+// One output channel (weight row w, a row of its own) by patch `which`.
+VERSATIL_FIRMWARE_INLINE std::int32_t one_channel_one_pixel(const std::int8_t* scratch, int which, const std::int8_t* w,
                                                             int length) noexcept {
     std::int32_t sum = 0;
-    for (int groups = length >> 2; groups > 0; --groups, a += 8, w += 4) {
+    const std::int8_t* x = scratch + 8 * which;
+    for (int groups = length >> 2; groups > 0; --groups, x += 16, w += 4) {
         const std::int32_t weights = simd::load4(w);
-        sum = simd::dual_multiply_add(simd::load4(a), simd::even_bytes(weights), sum);
-        sum = simd::dual_multiply_add(simd::load4(a + 4), simd::odd_bytes(weights), sum);
+        sum = simd::dual_multiply_add(simd::load4(x), simd::even_bytes(weights), sum);
+        sum = simd::dual_multiply_add(simd::load4(x + 4), simd::odd_bytes(weights), sum);
     }
-    for (int k = length & 3; k > 0; --k, a += 2, ++w) sum += get_halfword(a) * *w;
+    for (int k = length & 3; k > 0; --k, x += 2, ++w) sum += get_halfword(x) * *w;
     return sum;
 }
 
@@ -152,8 +176,6 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
     const math::fixed_point_multiplier* const multipliers = p.multipliers;
     const std::int32_t output_offset = p.output_offset;
     const activation_range range = p.range;
-    std::int8_t* const patch_a = scratch;
-    std::int8_t* const patch_b = scratch + 2 * length;
     const auto channel = [&](int oc) {
         return prepare_output(biases != nullptr ? biases[oc] : 0, multipliers[oc], output_offset);
     };
@@ -162,33 +184,31 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
         const int first_channel = g * out_per_group, last_channel = first_channel + out_per_group;
         int oy = 0, ox = 0;  // of `pixel`
         for (int pixel = 0; pixel < pixels; pixel += 2) {
+            // A last pixel alone reads its patch twice (the pair's B outputs are not written).
             const bool pair = pixel + 1 < pixels;
-            detail::fill_patch(p, patch_a, group_input, oy, ox);
+            detail::fill_patch(p, scratch, 0, group_input, oy, ox);
+            if (pair && ++ox == out_w) ox = 0, ++oy;
+            detail::fill_patch(p, scratch, 1, group_input, oy, ox);
             if (++ox == out_w) ox = 0, ++oy;
-            if (pair) {
-                detail::fill_patch(p, patch_b, group_input, oy, ox);
-                if (++ox == out_w) ox = 0, ++oy;
-            }
             std::int8_t* out = output + first_channel * pixels + pixel;
             int oc = first_channel;
-            if (pair) {
-                for (; oc + 1 < last_channel; oc += 2, out += 2 * pixels) {
-                    std::int32_t acc[4];
-                    const std::int8_t* w0 = weights + oc * length;
-                    detail::two_channels_two_pixels(patch_a, patch_b, w0, w0 + length, length, acc);
-                    const prepared_output c0 = channel(oc), c1 = channel(oc + 1);
-                    out[0] = requantize_prepared(acc[0], c0, output_offset, range);
+            for (; oc + 1 < last_channel; oc += 2, out += 2 * pixels) {
+                std::int32_t acc[4];
+                detail::two_channels_two_pixels(scratch, weights + oc * length, length, acc);
+                const prepared_output c0 = channel(oc), c1 = channel(oc + 1);
+                out[0] = requantize_prepared(acc[0], c0, output_offset, range);
+                out[pixels] = requantize_prepared(acc[2], c1, output_offset, range);
+                if (pair) {
                     out[1] = requantize_prepared(acc[1], c0, output_offset, range);
-                    out[pixels] = requantize_prepared(acc[2], c1, output_offset, range);
                     out[pixels + 1] = requantize_prepared(acc[3], c1, output_offset, range);
                 }
             }
-            for (; oc < last_channel; ++oc, out += pixels) {
+            if (oc < last_channel) {  // a group's last row when their count is odd
                 const std::int8_t* w = weights + oc * length;
                 const prepared_output c = channel(oc);
-                out[0] = requantize_prepared(detail::one_channel_one_pixel(patch_a, w, length), c, output_offset, range);
+                out[0] = requantize_prepared(detail::one_channel_one_pixel(scratch, 0, w, length), c, output_offset, range);
                 if (pair)
-                    out[1] = requantize_prepared(detail::one_channel_one_pixel(patch_b, w, length), c, output_offset, range);
+                    out[1] = requantize_prepared(detail::one_channel_one_pixel(scratch, 1, w, length), c, output_offset, range);
             }
         }
     }

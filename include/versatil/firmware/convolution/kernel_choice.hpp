@@ -2,7 +2,7 @@
 // generator, at export), and the scratch it needs in the arena. Every choice gives the
 // reference kernel's bytes (tests/firmware/kernel_sweep.cpp); the choice is about speed:
 //   depthwise_conv2d_3x3  groups == channels, 3x3, dilation 1, horizontal stride 1 or 2
-//   conv2d_im2col         every other convolution (its weights in conv2d_im2col_weight_order)
+//   conv2d_im2col         every other convolution (its weights in conv2d_im2col_weight_position's order)
 //   conv2d                the reference, kept for callers who want the plainest loop
 #pragma once
 
