@@ -80,11 +80,12 @@ inline bool is_identifier(std::string_view name) {
     return true;
 }
 
-// The kernel a layer's call names: the convolution kernel chosen for it, linear_blocked for a
-// linear layer, the op's own kernel otherwise.
+// The kernel a layer's call names: the convolution or linear kernel chosen for it, the op's own
+// kernel otherwise.
 inline const char* kernel_name(const lowered_layer& layer) {
-    static constexpr const char* names[] = {"conv2d", "linear_blocked", "add", "clamp", "max_pool2d", "avg_pool2d", "flatten"};
+    static constexpr const char* names[] = {"conv2d", "linear", "add", "clamp", "max_pool2d", "avg_pool2d", "flatten"};
     if (std::holds_alternative<firmware::conv2d_params>(layer.params)) return firmware::name(layer.kernel);
+    if (std::holds_alternative<firmware::linear_params>(layer.params)) return firmware::name(layer.linear_kernel);
     return names[layer.params.index()];
 }
 
@@ -97,6 +98,8 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
     const std::string n = std::to_string(index);
     std::string text = "// layer " + n + ": " + layer.module + " (" + op_kind_name(layer.source) + ")";
     for (const std::string& fused : layer.fused) text += ", clamp " + fused + " fused";
+    if (std::holds_alternative<firmware::linear_params>(layer.params))
+        text += std::string("; kernel ") + firmware::name(layer.linear_kernel);
     if (std::holds_alternative<firmware::conv2d_params>(layer.params))
         text += std::string("; kernel ") + firmware::name(layer.kernel) +
                 (layer.kernel == firmware::conv2d_kernel::conv2d_im2col ? ", weights in its order" : "");
@@ -236,6 +239,11 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             text += "static_assert(!plan.tensors[" + tensor(l.output) + "].external, \"" + who +
                     ": writes into the caller's input\");\n";
     }
+    bool im2col = false;
+    for (const lowered_layer& l : g.layers) im2col = im2col || l.kernel == firmware::conv2d_kernel::conv2d_im2col;
+    if (im2col)
+        text += "static_assert(fw::conv2d_im2col_weight_layout == " + std::to_string(firmware::conv2d_im2col_weight_layout) +
+                ", \"" + ns + ": exported for another weight order of conv2d_im2col than these headers' (export it again)\");\n";
     text += "static_assert(plan.figures.arena_bytes == " + std::to_string(figures.arena_bytes) +
             ", \"" + ns + ": the compiler's arena plan differs from the code generator's\");\n\n}  // namespace detail\n\n";
 

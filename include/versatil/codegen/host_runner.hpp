@@ -17,9 +17,8 @@
 #include "versatil/codegen/figures.hpp"
 #include "versatil/codegen/integer_graph.hpp"
 #include "versatil/codegen/lower.hpp"
-#include "versatil/firmware/convolution/kernel_choice.hpp"
 #include "versatil/firmware/firmware.hpp"
-#include "versatil/firmware/fully_connected/linear_blocked.hpp"
+#include "versatil/firmware/kernel_choice.hpp"
 #include "versatil/math/quantize.hpp"
 
 namespace versatil::codegen {
@@ -48,7 +47,7 @@ inline std::vector<std::int8_t> run_on_host(const lowered_graph& g, std::span<co
                 std::int8_t* out = at(layer.output);
                 if constexpr (std::is_same_v<P, firmware::conv2d_params>)
                     firmware::run(layer.kernel, p, in, out, layer.scratch >= 0 ? at(layer.scratch) : nullptr);
-                else if constexpr (std::is_same_v<P, firmware::linear_params>) firmware::linear_blocked(p, in, out);
+                else if constexpr (std::is_same_v<P, firmware::linear_params>) firmware::run(layer.linear_kernel, p, in, out);
                 else if constexpr (std::is_same_v<P, firmware::add_params>) firmware::add(p, in, read(layer.inputs[1]), out);
                 else if constexpr (std::is_same_v<P, firmware::clamp_params>) firmware::clamp(p, in, out);
                 else if constexpr (std::is_same_v<P, firmware::max_pool2d_params>) firmware::max_pool2d(p, in, out);

@@ -5,9 +5,9 @@
 // (relu, relu6, hardtanh) fold into the output range of the op that produces their input when
 // that op has one, the clamp is its only reader and both sides share their quantization;
 // otherwise the clamp stays a layer of its own. Each convolution gets the fastest kernel for
-// its shape (firmware/convolution/kernel_choice.hpp), its weights in that kernel's order and,
-// where the kernel needs one, a scratch tensor alive during the layer only; linear layers run
-// linear_blocked on the reference layout. The result is what both header_for and run_on_host
+// its shape and rescales (firmware/kernel_choice.hpp), its weights in that kernel's order and,
+// where the kernel needs one, a scratch tensor alive during the layer only; likewise linear
+// layers (linear_blocked reads the reference layout). The result is what both header_for and run_on_host
 // use.
 #pragma once
 
@@ -20,7 +20,7 @@
 
 #include "versatil/codegen/integer_graph.hpp"
 #include "versatil/codegen/validate.hpp"
-#include "versatil/firmware/convolution/kernel_choice.hpp"
+#include "versatil/firmware/kernel_choice.hpp"
 #include "versatil/firmware/layer.hpp"
 #include "versatil/math/quantize.hpp"
 #include "versatil/math/requantize.hpp"
@@ -42,6 +42,7 @@ struct lowered_layer {
     int output = -1;
     layer_params params;           // the arrays below are not bound yet: see bound()
     firmware::conv2d_kernel kernel = firmware::conv2d_kernel::conv2d;  // conv2d: the kernel that runs it
+    firmware::linear_kernel linear_kernel = firmware::linear_kernel::linear;  // linear: likewise
     int scratch = -1;              // the tensor its kernel works in, or none
     std::vector<std::int8_t> weights;  // in the kernel's order
     std::vector<std::int32_t> bias;
@@ -173,7 +174,7 @@ inline lowered_graph lower(const integer_graph& graph) {
         const activation_tensor& in = graph.tensors[static_cast<std::size_t>(op.inputs[0])];
         const activation_tensor& out = graph.tensors[static_cast<std::size_t>(op.output)];
         const firmware::shape in_shape = to_firmware(in.shape), out_shape = to_firmware(out.shape);
-        lowered_layer layer{op.module, op.kind, {}, op.inputs, op.output, flatten_params{}, firmware::conv2d_kernel::conv2d, -1, {}, {}, {}};
+        lowered_layer layer{op.module, op.kind, {}, op.inputs, op.output, flatten_params{}, firmware::conv2d_kernel::conv2d, firmware::linear_kernel::linear, -1, {}, {}, {}};
         switch (op.kind) {
             case op_kind::conv2d:
                 detail::lower_weighted(op, in, out, layer);
@@ -243,7 +244,9 @@ inline lowered_graph lower(const integer_graph& graph) {
     // Kernels, their weight order and scratch: after the renumbering, so scratch tensors come
     // last in the table.
     for (lowered_layer& layer : layers) {
-        const auto* conv = std::get_if<firmware::conv2d_params>(&layer.params);
+        const layer_params params = bound(layer);
+        if (const auto* fc = std::get_if<firmware::linear_params>(&params)) layer.linear_kernel = firmware::fastest_linear_kernel(*fc);
+        const auto* conv = std::get_if<firmware::conv2d_params>(&params);
         if (conv == nullptr) continue;
         layer.kernel = firmware::fastest_conv2d_kernel(*conv);
         if (layer.kernel == firmware::conv2d_kernel::conv2d_im2col) {

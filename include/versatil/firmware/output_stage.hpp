@@ -51,51 +51,39 @@ constexpr std::int8_t requantize_output(std::int32_t accumulator, std::int32_t b
     return to_output(rescale(biased, m), output_offset, range);
 }
 
-// requantize_output's result for every input, in the instructions a 32-bit core has (the fast
-// kernels' output stage): QADD for the saturating bias; for a shift of -2 or less (every
-// multiplier below 0.25, as a convolution's nearly always is) the high word of the 64-bit
-// product (SMULL) shifted to one bit more than wanted, plus one, halved: one rounding, half
-// up, as (product + 2^(n-1)) >> n; otherwise the 64-bit form. SSAT #17 holds the value, which
-// after the output offset and the int8 range agrees with to_output's +-2^16 hold.
-VERSATIL_FIRMWARE_INLINE std::int8_t requantize_output_32bit(std::int32_t accumulator, std::int32_t bias,
-                                                            math::fixed_point_multiplier m, std::int32_t output_offset,
-                                                            activation_range range) noexcept {
-    const std::int64_t product = std::int64_t{simd::saturating_add(accumulator, bias)} * m.multiplier;
-    std::int32_t rescaled;
-    if (m.shift <= -2) {
-        const auto high = static_cast<std::int32_t>(product >> 32);  // |product| < 2^62: high + 1 cannot overflow
-        rescaled = ((high >> (-m.shift - 2)) + 1) >> 1;
-    } else {
-        const std::int64_t rounded = (product + (std::int64_t{1} << (30 - m.shift))) >> (31 - m.shift);
-        constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
-        rescaled = static_cast<std::int32_t>(rounded < lo ? lo : (rounded > hi ? hi : rounded));
-    }
-    return clamp_to(simd::saturate17(rescaled) + output_offset, range);
-}
-
 // One output channel's stage, prepared once for the many outputs a fast kernel writes with
-// it. With a shift of -2 or less, requantize_output_32bit's ((high >> right) + 1) >> 1 plus
-// the output offset is ((high >> right) + 1 + 2 * offset) >> 1 (an even number added before
-// halving), and the value then needs no hold before the int8 range: |high >> right| < 2^30.
-// Five instructions and the clamp, against nine.
+// it, for multipliers below 0.25 (a shift of -2 or less: what a convolution's or a linear
+// layer's input_scale * weight_scale / output_scale nearly always is; the code generator
+// keeps the reference kernel for a layer with a larger one, see prepared_output_applies).
+// Then requantize_output's 64-bit product rounded once, (product + 2^(n-1)) >> n with
+// n = 31 - shift >= 33, is the product's high word (SMULL) shifted to one bit more than
+// wanted, plus one, halved; and the output offset joins before the halving as an even
+// number, ((high >> right) + 1 + 2 * offset) >> 1. The value needs no hold before the int8
+// range (|high >> right| < 2^30). Five instructions and the clamp, where the reference
+// output stage spends about twenty.
 struct prepared_output {
-    std::int32_t bias = 0;
-    math::fixed_point_multiplier m;
-    int right = -1;                   // -shift - 2, or -1: requantize_output_32bit's general path
+    std::int32_t bias = 0, multiplier = 0;
+    int right = 0;                      // -shift - 2
     std::int32_t round_and_offset = 0;  // 1 + 2 * output offset
 };
 
+// Every multiplier of a layer can be prepared.
+constexpr bool prepared_output_applies(const math::fixed_point_multiplier* multipliers, int channels) noexcept {
+    for (int c = 0; c < channels; ++c)
+        if (multipliers[c].shift > -2 || multipliers[c].shift < -31) return false;
+    return true;
+}
+
 VERSATIL_FIRMWARE_INLINE prepared_output prepare_output(std::int32_t bias, math::fixed_point_multiplier m,
                                                         std::int32_t output_offset) noexcept {
-    return {bias, m, m.shift <= -2 ? -m.shift - 2 : -1, 1 + 2 * output_offset};
+    return {bias, m.multiplier, -m.shift - 2, 1 + 2 * output_offset};
 }
 
 // requantize_output(accumulator, bias, m, output_offset, range) for the prepared channel.
 VERSATIL_FIRMWARE_INLINE std::int8_t requantize_prepared(std::int32_t accumulator, const prepared_output& c,
-                                                         std::int32_t output_offset, activation_range range) noexcept {
-    if (c.right < 0) return requantize_output_32bit(accumulator, c.bias, c.m, output_offset, range);
-    const std::int64_t product = std::int64_t{simd::saturating_add(accumulator, c.bias)} * c.m.multiplier;
-    const auto high = static_cast<std::int32_t>(product >> 32);
+                                                         activation_range range) noexcept {
+    const std::int64_t product = std::int64_t{simd::saturating_add(accumulator, c.bias)} * c.multiplier;
+    const auto high = static_cast<std::int32_t>(product >> 32);  // |product| < 2^62: no overflow below
     return clamp_to(((high >> c.right) + c.round_and_offset) >> 1, range);
 }
 

@@ -13,7 +13,8 @@
 // products is one SMLAD; a load of patch values serves two channels and a load of weights
 // two pixels.
 //
-// Scratch: conv2d_im2col_scratch_bytes(p), any alignment (a part of the arena). Never in
+// Takes multipliers below 0.25 (prepared_output_applies). Scratch:
+// conv2d_im2col_scratch_bytes(p), any alignment (a part of the arena). Never in
 // place: every output reads a whole patch across channels.
 #pragma once
 
@@ -36,6 +37,10 @@ constexpr int conv2d_patch_length(const conv2d_params& p) noexcept {
 constexpr std::size_t conv2d_im2col_scratch_bytes(const conv2d_params& p) noexcept {
     return 4 * static_cast<std::size_t>(conv2d_patch_length(p)) + 8;
 }
+
+// The version of the order below: an exported header asserts the one it was written for, so a
+// header from another version of the exporter fails to compile instead of computing garbage.
+inline constexpr int conv2d_im2col_weight_layout = 1;
 
 // Where weight k of output channel oc goes in the kernel's order. Within a group of
 // convolution channels, rows pair up (oc, oc + 1) as the kernel reads them: for each whole
@@ -196,19 +201,19 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
                 std::int32_t acc[4];
                 detail::two_channels_two_pixels(scratch, weights + oc * length, length, acc);
                 const prepared_output c0 = channel(oc), c1 = channel(oc + 1);
-                out[0] = requantize_prepared(acc[0], c0, output_offset, range);
-                out[pixels] = requantize_prepared(acc[2], c1, output_offset, range);
+                out[0] = requantize_prepared(acc[0], c0, range);
+                out[pixels] = requantize_prepared(acc[2], c1, range);
                 if (pair) {
-                    out[1] = requantize_prepared(acc[1], c0, output_offset, range);
-                    out[pixels + 1] = requantize_prepared(acc[3], c1, output_offset, range);
+                    out[1] = requantize_prepared(acc[1], c0, range);
+                    out[pixels + 1] = requantize_prepared(acc[3], c1, range);
                 }
             }
             if (oc < last_channel) {  // a group's last row when their count is odd
                 const std::int8_t* w = weights + oc * length;
                 const prepared_output c = channel(oc);
-                out[0] = requantize_prepared(detail::one_channel_one_pixel(scratch, 0, w, length), c, output_offset, range);
+                out[0] = requantize_prepared(detail::one_channel_one_pixel(scratch, 0, w, length), c, range);
                 if (pair)
-                    out[1] = requantize_prepared(detail::one_channel_one_pixel(scratch, 1, w, length), c, output_offset, range);
+                    out[1] = requantize_prepared(detail::one_channel_one_pixel(scratch, 1, w, length), c, range);
             }
         }
     }

@@ -1,6 +1,7 @@
 // Depthwise 3x3 convolution, int8, on planes: the fast kernel for groups == input channels ==
 // output channels with a 3x3 window, dilation 1, horizontal stride 1 or 2 (any vertical
-// stride, any padding). Same params and result as the reference conv2d, byte for byte.
+// stride, any padding) whose multipliers are below 0.25 (prepared_output_applies). Same params
+// and result as the reference conv2d, byte for byte.
 //
 // Along a row the three taps of a window are adjacent bytes, so one unaligned word load
 // holds them: bytes (b0, b2) and (b1, b3) widened with the input offset (SXTAB16) meet the
@@ -88,7 +89,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
             const int iy0 = oy * p.win.stride_h - p.win.padding_h;
             const tap_range ky = valid_taps(iy0, 3, 1, p.input.height);
             const int row0 = iy0 * in_w;  // the index of row iy0 (negative above the plane)
-            const auto one = [&](int ox) __attribute__((always_inline)) {
+            const auto one = [&](int ox) {  // out of line: a few outputs a row
                 const int ix0 = ox * stride_w - padding_w;
                 std::int32_t sum = 0;
                 switch (kind_of(ox)) {
@@ -130,7 +131,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                         break;
                     }
                 }
-                out[ox] = requantize_prepared(sum, stage, output_offset, range);
+                out[ox] = requantize_prepared(sum, stage, range);
             };
             int ox = 0;
             for (; ox < first_inside; ++ox) one(ox);
@@ -154,8 +155,8 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                         row(at, outer0, middle0);
                         row(at + in_w, outer1, middle1);
                         row(at + 2 * in_w, outer2, middle2);
-                        out[ox] = requantize_prepared(first, stage, output_offset, range);
-                        out[ox + 1] = requantize_prepared(second, stage, output_offset, range);
+                        out[ox] = requantize_prepared(first, stage, range);
+                        out[ox + 1] = requantize_prepared(second, stage, range);
                     }
                 }
                 for (; ox < inside_end; ++ox, at += stride_w) {
@@ -168,7 +169,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                     row(at, outer0, middle0);
                     row(at + in_w, outer1, middle1);
                     row(at + 2 * in_w, outer2, middle2);
-                    out[ox] = requantize_prepared(sum, stage, output_offset, range);
+                    out[ox] = requantize_prepared(sum, stage, range);
                 }
             }
             if (stride_w == 1) {
@@ -183,8 +184,8 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                         second = simd::dual_multiply_add(odd, outer[y], second);
                         second = simd::multiply_add_high_low(even, middle[y], second);
                     }
-                    out[ox] = requantize_prepared(first, stage, output_offset, range);
-                    out[ox + 1] = requantize_prepared(second, stage, output_offset, range);
+                    out[ox] = requantize_prepared(first, stage, range);
+                    out[ox + 1] = requantize_prepared(second, stage, range);
                 }
             }
             for (; ox < inside_end; ++ox) {
@@ -194,7 +195,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
                     sum = simd::dual_multiply_add(simd::even_bytes_plus(offsets, word), outer[y], sum);
                     sum = simd::multiply_add_low(simd::odd_bytes_plus(offsets, word), middle[y], sum);
                 }
-                out[ox] = requantize_prepared(sum, stage, output_offset, range);
+                out[ox] = requantize_prepared(sum, stage, range);
             }
             for (; ox < out_w; ++ox) one(ox);
         }

@@ -1,10 +1,10 @@
-// Fully connected layer, int8, four output features at a time: the fast kernel for every
-// linear layer. Same params and result as the reference linear (linear.hpp), byte for byte.
+// Fully connected layer, int8, four output features at a time: the fast kernel for linear
+// layers whose multipliers are below 0.25 (prepared_output_applies). Same params and result as the reference linear (linear.hpp), byte for byte.
 //
 // Four input bytes are one load, widened once with the input offset into the pairs (0, 2)
 // and (1, 3) (SXTAB16), and serve four weight rows, whose four bytes are one load and two
 // SXTB16 each: eight SMLADs for sixteen products. The reference kernel loads the input again
-// for every row. Rows left over (out_features % 4) go two, then one, at a time.
+// for every row. Rows left over (out_features % 4) go one at a time.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,7 @@ VERSATIL_FIRMWARE_HOT inline void linear_blocked(const linear_params& p, const s
     const int n = p.in_features;
     const auto finish = [&](int o, std::int32_t sum) {
         const prepared_output stage = prepare_output(p.bias != nullptr ? p.bias[o] : 0, p.multipliers[o], p.output_offset);
-        output[o] = requantize_prepared(sum, stage, p.output_offset, p.range);
+        output[o] = requantize_prepared(sum, stage, p.range);
     };
     int o = 0;
     for (; o + 4 <= p.out_features; o += 4) {
@@ -56,13 +56,7 @@ VERSATIL_FIRMWARE_HOT inline void linear_blocked(const linear_params& p, const s
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) finish(o + r, sums[r]);
     }
-    for (; o + 2 <= p.out_features; o += 2) {
-        std::int32_t sums[2];
-        detail::dot_rows<2>(input, p.weights + o * n, n, p.input_offset, sums);
-        finish(o, sums[0]);
-        finish(o + 1, sums[1]);
-    }
-    if (o < p.out_features) {
+    for (; o < p.out_features; ++o) {  // at most three: a two-row variant would cost more code than it saves
         std::int32_t sums[1];
         detail::dot_rows<1>(input, p.weights + o * n, n, p.input_offset, sums);
         finish(o, sums[0]);
