@@ -1,5 +1,5 @@
 // The dual 16-bit arithmetic the fast kernels are written in: Armv7E-M's DSP instructions
-// (SXTB16, SXTAB16, SMLAD, SMLABB, SMLATB, QADD, SSAT) where the target has them
+// (SXTB16, SXTAB16, SMLAD, SMLABB, SMLATB, SADD16, QADD, SSAT) where the target has them
 // (__ARM_FEATURE_DSP: Cortex-M4, M7, M33 with DSP), and otherwise, or with
 // VERSATIL_FIRMWARE_PORTABLE defined, the same operations spelled out in plain C++. Both are
 // exact, so a kernel built on them gives the same bytes on every target; the host runs the
@@ -87,6 +87,8 @@ VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_low_high(pair a, pair b, std:
 VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high(pair a, pair b, std::int32_t acc) noexcept { return __smlatt(a, b, acc); }
 // a + b saturated to int32 (QADD).
 VERSATIL_FIRMWARE_INLINE std::int32_t saturating_add(std::int32_t a, std::int32_t b) noexcept { return __qadd(a, b); }
+// Halfword by halfword a + b, each wrapping to 16 bits (SADD16).
+VERSATIL_FIRMWARE_INLINE pair add_pairs(pair a, pair b) noexcept { return static_cast<pair>(__sadd16(a, b)); }
 // value saturated to [-65536, 65535] (SSAT #17).
 VERSATIL_FIRMWARE_INLINE std::int32_t saturate17(std::int32_t value) noexcept { return __ssat(value, 17); }
 #else
@@ -117,6 +119,9 @@ VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_low_high(pair a, pair b, std:
 }
 VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high(pair a, pair b, std::int32_t acc) noexcept {
     return static_cast<std::int32_t>(static_cast<std::uint32_t>(acc) + static_cast<std::uint32_t>(high_half(a) * high_half(b)));
+}
+VERSATIL_FIRMWARE_INLINE pair add_pairs(pair a, pair b) noexcept {
+    return make_pair(low_half(a) + low_half(b), high_half(a) + high_half(b));
 }
 VERSATIL_FIRMWARE_INLINE std::int32_t saturating_add(std::int32_t a, std::int32_t b) noexcept {
     std::int32_t sum;

@@ -3,8 +3,10 @@
 // reference conv2d (conv2d.hpp) but for the weights' order (below), and the same bytes out.
 //
 // For two output pixels at a time it writes their input patches (im2col) into the scratch as
-// 16-bit values with the input offset added (padded taps 0), in the weights' order (input
-// channel, ky, kx), interleaved by groups of four taps (A's four, B's four, ...; then A's and
+// 16-bit values with the input offset added (padded taps 0), tap by tap (ky, kx) and in each
+// tap the group's input channels, which the exporter gives the weights too: with a channel
+// count divisible by four (most layers) a tap's channels fill whole groups of four, gathered
+// four at a time. The patches are interleaved by groups of four taps (A's four, B's four, ...; then A's and
 // B's last length % 4 each at their own eight bytes), so one pointer walks both. Then two output channels by the two pixels are four accumulators held in
 // registers: four patch values are two word loads, the pairs (0, 1) and (2, 3), and four
 // weights of a row one load widened by two SXTB16, which give bytes (0, 2) and (1, 3); so the
@@ -40,16 +42,19 @@ constexpr std::size_t conv2d_im2col_scratch_bytes(const conv2d_params& p) noexce
 
 // The version of the order below: an exported header asserts the one it was written for, so a
 // header from another version of the exporter fails to compile instead of computing garbage.
-inline constexpr int conv2d_im2col_weight_layout = 1;
+inline constexpr int conv2d_im2col_weight_layout = 2;
 
-// Where weight k of output channel oc goes in the kernel's order. Within a group of
+// Where weight k of output channel oc goes in the kernel's order. The taps of a row go
+// (ky, kx, input channel) where the reference has (input channel, ky, kx); within a group of
 // convolution channels, rows pair up (oc, oc + 1) as the kernel reads them: for each whole
 // group of four taps, four bytes of the first row then four of the second, each four as
 // w0 w2 w1 w3; then the last length % 4 taps of the first row and of the second. A group's
 // last row, when its count is odd, keeps its own bytes, whole groups as w0 w2 w1 w3. Every
 // row still starts at oc * length.
-constexpr int conv2d_im2col_weight_position(const conv2d_params& p, int oc, int k) noexcept {
+constexpr int conv2d_im2col_weight_position(const conv2d_params& p, int oc, int reference_k) noexcept {
     const int length = conv2d_patch_length(p), grouped = length & ~3, tail = length - grouped;
+    const int taps = p.win.kernel_h * p.win.kernel_w, channels = length / taps;
+    const int k = reference_k % taps * channels + reference_k / taps;  // (ic, tap) -> (tap, ic)
     const int per_group = p.output.channels / p.groups, local = oc % per_group;
     const int lane = k & 3, swapped = (k & ~3) | (lane == 1 ? 2 : (lane == 2 ? 1 : lane));
     const bool second = (local & 1) == 1, single = !second && local + 1 == per_group;
@@ -90,33 +95,49 @@ VERSATIL_FIRMWARE_INLINE std::int32_t get_halfword(const std::int8_t* at) noexce
     return half;
 }
 
-// Writes the patch of output pixel (oy, ox), in the weights' order, as patch `which` (0, 1).
+// Writes the patch of output pixel (oy, ox), tap by tap and in each tap the group's input
+// channels, as patch `which` (0, 1).
 VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t* scratch, int which,
                                             const std::int8_t* group_input, int oy, int ox) noexcept {
-    patch_writer out{scratch + 8 * which};
-    const int in_per_group = p.input.channels / p.groups, kernel_h = p.win.kernel_h, kernel_w = p.win.kernel_w;
-    const int in_w = p.input.width, in_plane = p.input.plane(), offset = p.input_offset;
+    const int channels = p.input.channels / p.groups, in_w = p.input.width, in_plane = p.input.plane();
+    const std::int32_t offset = p.input_offset;
     const int iy0 = oy * p.win.stride_h - p.win.padding_h, ix0 = ox * p.win.stride_w - p.win.padding_w;
-    if (kernel_h == 1 && kernel_w == 1 && iy0 >= 0 && iy0 < p.input.height && ix0 >= 0 && ix0 < in_w) {
-        const std::int8_t* x = group_input + iy0 * in_w + ix0;  // pointwise: one value a channel
-        for (int ic = 0; ic < in_per_group; ++ic, x += in_plane) out.put(*x + offset);
+    const tap_range rows = valid_taps(iy0, p.win.kernel_h, p.win.dilation_h, p.input.height);
+    const tap_range cols = valid_taps(ix0, p.win.kernel_w, p.win.dilation_w, in_w);
+    if ((channels & 3) == 0) {
+        // Whole groups: four channels a step, two pairs of 16-bit values stored, the other
+        // patch's group skipped.
+        const simd::pair offsets = simd::make_pair(offset, offset);
+        std::int8_t* at = scratch + 8 * which;
+        for (int ky = 0; ky < p.win.kernel_h; ++ky) {
+            for (int kx = 0; kx < p.win.kernel_w; ++kx) {
+                if (ky < rows.begin || ky >= rows.end || kx < cols.begin || kx >= cols.end) {
+                    for (int c = 0; c < channels; c += 4, at += 16) {
+                        simd::store4(at, 0);
+                        simd::store4(at + 4, 0);
+                    }
+                    continue;
+                }
+                const std::int8_t* x =
+                    group_input + ((iy0 + ky * p.win.dilation_h) * in_w + ix0 + kx * p.win.dilation_w);
+                for (int c = 0; c < channels; c += 4, at += 16, x += 4 * in_plane) {
+                    const std::int32_t x0 = x[0], x1 = x[in_plane], x2 = x[2 * in_plane], x3 = x[3 * in_plane];
+                    simd::store4(at, simd::add_pairs(simd::make_pair(x0, x1), offsets));
+                    simd::store4(at + 4, simd::add_pairs(simd::make_pair(x2, x3), offsets));
+                }
+            }
+        }
         return;
     }
-    const tap_range rows = valid_taps(iy0, kernel_h, p.win.dilation_h, p.input.height);
-    const tap_range cols = valid_taps(ix0, kernel_w, p.win.dilation_w, in_w);
-    const int dilation_w = p.win.dilation_w;
-    for (int ic = 0; ic < in_per_group; ++ic) {
-        const std::int8_t* plane = group_input + ic * in_plane;
-        for (int ky = 0; ky < kernel_h; ++ky) {
-            if (ky < rows.begin || ky >= rows.end) {
-                for (int kx = 0; kx < kernel_w; ++kx) out.put(0);
+    patch_writer out{scratch + 8 * which};
+    for (int ky = 0; ky < p.win.kernel_h; ++ky) {
+        for (int kx = 0; kx < p.win.kernel_w; ++kx) {
+            if (ky < rows.begin || ky >= rows.end || kx < cols.begin || kx >= cols.end) {
+                for (int c = 0; c < channels; ++c) out.put(0);
                 continue;
             }
-            const int row = (iy0 + ky * p.win.dilation_h) * in_w + ix0;  // ix0 may be negative
-            int kx = 0;
-            for (; kx < cols.begin; ++kx) out.put(0);
-            for (; kx < cols.end; ++kx) out.put(plane[row + kx * dilation_w] + offset);
-            for (; kx < kernel_w; ++kx) out.put(0);
+            const std::int8_t* x = group_input + ((iy0 + ky * p.win.dilation_h) * in_w + ix0 + kx * p.win.dilation_w);
+            for (int c = 0; c < channels; ++c, x += in_plane) out.put(*x + offset);
         }
     }
 }
