@@ -23,18 +23,21 @@ VERSATIL_FIRMWARE_INLINE void dot_rows(const std::int8_t* x, const std::int8_t* 
                                        std::int32_t (&sums)[Rows]) noexcept {
     const simd::pair offsets = simd::make_pair(x_offset, x_offset);
     std::int32_t acc[Rows] = {};
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const std::int32_t xs = simd::load4(x + i);
+    // One pointer walks the input, one the first row; the others are at fixed distances
+    // from it, and the loop counts down: no pointer of the loop spills to the stack.
+    const std::int8_t* xi = x;
+    const std::int8_t* wi = w;
+    for (int groups = n >> 2; groups > 0; --groups, xi += 4, wi += 4) {
+        const std::int32_t xs = simd::load4(xi);
         const simd::pair x_even = simd::even_bytes_plus(offsets, xs), x_odd = simd::odd_bytes_plus(offsets, xs);
 #pragma GCC unroll 4
         for (int r = 0; r < Rows; ++r) {
-            const std::int32_t ws = simd::load4(w + r * n + i);
+            const std::int32_t ws = simd::load4(wi + r * n);
             acc[r] = simd::dual_multiply_add(x_even, simd::even_bytes(ws), acc[r]);
             acc[r] = simd::dual_multiply_add(x_odd, simd::odd_bytes(ws), acc[r]);
         }
     }
-    for (; i < n; ++i)
+    for (int i = n & ~3; i < n; ++i)
 #pragma GCC unroll 4
         for (int r = 0; r < Rows; ++r) acc[r] += (x[i] + x_offset) * w[r * n + i];
 #pragma GCC unroll 4
