@@ -51,9 +51,8 @@ constexpr std::size_t depthwise_conv2d_3x3_scratch_bytes(const conv2d_params& p)
 namespace detail {
 
 // The planes of p.input, read as p's window says, into p.output's planes.
-// `slack`: a word may reach one level past a row's end (the padded copy has room there).
 VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_params& p, const std::int8_t* input,
-                                                             std::int8_t* output, bool slack) noexcept {
+                                                             std::int8_t* output) noexcept {
     const int in_w = p.input.width, out_w = p.output.width, stride_w = p.win.stride_w, padding_w = p.win.padding_w;
     const std::int32_t input_offset = p.input_offset, output_offset = p.output_offset;
     const activation_range range = p.range;
@@ -66,7 +65,7 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
     const auto kind_of = [&](int ox) {
         const int ix0 = ox * stride_w - padding_w;
         if (in_w < 4) return word_at::tap_by_tap;
-        if (ix0 >= 0 && ix0 + 3 < in_w + (slack ? 1 : 0)) return word_at::inside;
+        if (ix0 >= 0 && ix0 + 3 < in_w) return word_at::inside;
         if (ix0 >= 1 && ix0 + 2 < in_w) return word_at::shifted;
         if (ix0 == -1) return word_at::left_edge;
         if (ix0 == in_w - 2) return word_at::right_edge;
@@ -202,26 +201,68 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_planes(const conv2d_param
     }
 }
 
+// One plane whose every window lies inside it, rows readable one level past their end (the
+// padded copy): no edge, no clipped row, the least state a loop can carry.
+VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3_inside(const std::int8_t* plane, int width, shape output,
+                                                             int stride_h, int stride_w, const std::int8_t* filter,
+                                                             const prepared_output& stage, simd::pair offsets,
+                                                             activation_range range, std::int8_t* out) noexcept {
+    const simd::pair outer0 = simd::make_pair(filter[0], filter[2]), outer1 = simd::make_pair(filter[3], filter[5]),
+                     outer2 = simd::make_pair(filter[6], filter[8]);
+    const simd::pair middle0 = filter[1], middle1 = filter[4], middle2 = filter[7];
+    for (int oy = 0; oy < output.height; ++oy, out += output.width) {
+        const std::int8_t* at = plane + oy * stride_h * width;
+        int ox = 0;
+        if (stride_w == 1) {
+            for (; ox + 1 < output.width; ox += 2, at += 2) {
+                std::int32_t first = 0, second = 0;
+                const auto row = [&](const std::int8_t* word_at, simd::pair o, simd::pair mid) {
+                    const std::int32_t word = simd::load4(word_at);
+                    const simd::pair even = simd::even_bytes_plus(offsets, word);  // b0, b2
+                    const simd::pair odd = simd::odd_bytes_plus(offsets, word);    // b1, b3
+                    first = simd::dual_multiply_add(even, o, first);
+                    first = simd::multiply_add_low(odd, mid, first);
+                    second = simd::dual_multiply_add(odd, o, second);
+                    second = simd::multiply_add_high_low(even, mid, second);
+                };
+                row(at, outer0, middle0);
+                row(at + width, outer1, middle1);
+                row(at + 2 * width, outer2, middle2);
+                out[ox] = requantize_prepared(first, stage, range);
+                out[ox + 1] = requantize_prepared(second, stage, range);
+            }
+        }
+        for (; ox < output.width; ++ox, at += stride_w) {
+            std::int32_t sum = 0;
+            const auto row = [&](const std::int8_t* word_at, simd::pair o, simd::pair mid) {
+                const std::int32_t word = simd::load4(word_at);
+                sum = simd::dual_multiply_add(simd::even_bytes_plus(offsets, word), o, sum);
+                sum = simd::multiply_add_low(simd::odd_bytes_plus(offsets, word), mid, sum);
+            };
+            row(at, outer0, middle0);
+            row(at + width, outer1, middle1);
+            row(at + 2 * width, outer2, middle2);
+            out[ox] = requantize_prepared(sum, stage, range);
+        }
+    }
+}
+
 }  // namespace detail
 
 // `scratch`: depthwise_conv2d_3x3_scratch_bytes(p) bytes, any alignment (none when 0).
 VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3(const conv2d_params& p, const std::int8_t* input,
                                                       std::int8_t* output, std::int8_t* scratch) noexcept {
     if (depthwise_conv2d_3x3_scratch_bytes(p) == 0) {
-        detail::depthwise_conv2d_3x3_planes(p, input, output, false);
+        detail::depthwise_conv2d_3x3_planes(p, input, output);
         return;
     }
     // One channel at a time: its plane, padded with the input zero point (the level whose
     // product is nothing once offset), then a window without padding over it. Channel c is
     // copied before any of its outputs is written, so the in-place rule still holds.
     const int pad_h = p.win.padding_h, pad_w = p.win.padding_w, in_w = p.input.width;
-    const int padded_w = in_w + 2 * pad_w, padded_h = p.input.height + 2 * pad_h;
+    const int padded_w = in_w + 2 * pad_w;
     const auto zero_point = static_cast<std::int8_t>(-p.input_offset);
-    conv2d_params one = p;
-    one.input = {1, padded_h, padded_w};
-    one.output.channels = 1;
-    one.groups = 1;
-    one.win.padding_h = one.win.padding_w = 0;
+    const simd::pair offsets = simd::make_pair(p.input_offset, p.input_offset);
     for (int c = 0; c < p.output.channels; ++c) {
         const std::int8_t* plane = input + c * p.input.plane();
         std::int8_t* to = scratch;
@@ -234,10 +275,9 @@ VERSATIL_FIRMWARE_HOT inline void depthwise_conv2d_3x3(const conv2d_params& p, c
             for (int i = 0; i < pad_w; ++i) *to++ = zero_point;
         }
         for (int i = 0; i < pad_h * padded_w; ++i) *to++ = zero_point;
-        one.weights = p.weights + 9 * c;
-        one.bias = p.bias != nullptr ? p.bias + c : nullptr;
-        one.multipliers = p.multipliers + c;
-        detail::depthwise_conv2d_3x3_planes(one, scratch, output + c * p.output.plane(), true);
+        const prepared_output stage = prepare_output(p.bias != nullptr ? p.bias[c] : 0, p.multipliers[c], p.output_offset);
+        detail::depthwise_conv2d_3x3_inside(scratch, padded_w, p.output, p.win.stride_h, p.win.stride_w, p.weights + 9 * c,
+                                            stage, offsets, p.range, output + c * p.output.plane());
     }
 }
 
