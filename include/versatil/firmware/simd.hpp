@@ -82,9 +82,6 @@ VERSATIL_FIRMWARE_INLINE std::int32_t dual_multiply_add(pair a, pair b, std::int
 // acc + a.low * b.low (SMLABB) and acc + a.high * b.low (SMLATB).
 VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_low(pair a, pair b, std::int32_t acc) noexcept { return __smlabb(a, b, acc); }
 VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high_low(pair a, pair b, std::int32_t acc) noexcept { return __smlatb(a, b, acc); }
-// acc + a.low * b.high (SMLABT) and acc + a.high * b.high (SMLATT).
-VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_low_high(pair a, pair b, std::int32_t acc) noexcept { return __smlabt(a, b, acc); }
-VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high(pair a, pair b, std::int32_t acc) noexcept { return __smlatt(a, b, acc); }
 // a + b saturated to int32 (QADD).
 VERSATIL_FIRMWARE_INLINE std::int32_t saturating_add(std::int32_t a, std::int32_t b) noexcept { return __qadd(a, b); }
 // Halfword by halfword a + b, each wrapping to 16 bits (SADD16).
@@ -113,12 +110,6 @@ VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_low(pair a, pair b, std::int3
 }
 VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high_low(pair a, pair b, std::int32_t acc) noexcept {
     return static_cast<std::int32_t>(static_cast<std::uint32_t>(acc) + static_cast<std::uint32_t>(high_half(a) * low_half(b)));
-}
-VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_low_high(pair a, pair b, std::int32_t acc) noexcept {
-    return static_cast<std::int32_t>(static_cast<std::uint32_t>(acc) + static_cast<std::uint32_t>(low_half(a) * high_half(b)));
-}
-VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high(pair a, pair b, std::int32_t acc) noexcept {
-    return static_cast<std::int32_t>(static_cast<std::uint32_t>(acc) + static_cast<std::uint32_t>(high_half(a) * high_half(b)));
 }
 VERSATIL_FIRMWARE_INLINE pair add_pairs(pair a, pair b) noexcept {
     return make_pair(low_half(a) + low_half(b), high_half(a) + high_half(b));
