@@ -2,7 +2,7 @@
 // not a 3x3 depthwise one (pointwise, dense, grouped; any window). Same params as the
 // reference conv2d (conv2d.hpp) but for the weights' order (below), and the same bytes out.
 //
-// For two output pixels at a time it writes their input patches (im2col) into the scratch as
+// For a block of output pixels it writes their input patches (im2col) into the scratch as
 // 16-bit values with the input offset added (padded taps 0), tap by tap (ky, kx) and in each
 // tap the group's input channels, which the exporter gives the weights too: with a channel
 // count divisible by four (most layers) a tap's channels fill whole groups of four, gathered
@@ -35,9 +35,26 @@ constexpr int conv2d_patch_length(const conv2d_params& p) noexcept {
     return p.input.channels / p.groups * p.win.kernel_h * p.win.kernel_w;
 }
 
-// Two patches of 16-bit values, and room for the second one's tail at eight bytes from the first's.
-constexpr std::size_t conv2d_im2col_scratch_bytes(const conv2d_params& p) noexcept {
+// Bytes of one pair of patches: 16-bit values, and room for the second one's tail at eight
+// bytes from the first's.
+constexpr std::size_t conv2d_im2col_pair_bytes(const conv2d_params& p) noexcept {
     return 4 * static_cast<std::size_t>(conv2d_patch_length(p)) + 8;
+}
+
+// Pixel pairs whose patches the kernel writes at once (within about 2 KiB, at least one,
+// at most the plane's): then it walks the output channels once per block, not once per pair,
+// so a channel's rescale is prepared once for many pixels. Short patches (pointwise layers)
+// get large blocks; a 3x3 patch over 32 channels takes one pair.
+inline constexpr std::size_t conv2d_im2col_block_budget = 2048;
+
+constexpr int conv2d_im2col_block_pairs(const conv2d_params& p) noexcept {
+    const int fit = static_cast<int>(conv2d_im2col_block_budget / conv2d_im2col_pair_bytes(p));
+    const int pairs = (p.output.plane() + 1) / 2;
+    return fit < 1 ? 1 : (fit > pairs ? pairs : fit);
+}
+
+constexpr std::size_t conv2d_im2col_scratch_bytes(const conv2d_params& p) noexcept {
+    return static_cast<std::size_t>(conv2d_im2col_block_pairs(p)) * conv2d_im2col_pair_bytes(p);
 }
 
 // The version of the order below: an exported header asserts the one it was written for, so a
@@ -191,7 +208,7 @@ VERSATIL_FIRMWARE_INLINE std::int32_t one_channel_one_pixel(const std::int8_t* s
 
 }  // namespace detail
 
-// `p.weights` in conv2d_im2col_weight_order.
+// `p.weights` in conv2d_im2col_weight_position's order.
 VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const std::int8_t* input, std::int8_t* output,
                           std::int8_t* scratch) noexcept {
     // Locals, not p's fields: every output store may alias memory, and would reload them.
@@ -205,36 +222,53 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
     const auto channel = [&](int oc) {
         return prepare_output(biases != nullptr ? biases[oc] : 0, multipliers[oc], output_offset);
     };
+    const int block_pairs = conv2d_im2col_block_pairs(p);
+    const auto pair_bytes = static_cast<int>(conv2d_im2col_pair_bytes(p));
     for (int g = 0; g < p.groups; ++g) {
         const std::int8_t* group_input = input + g * in_per_group * p.input.plane();
         const int first_channel = g * out_per_group, last_channel = first_channel + out_per_group;
-        int oy = 0, ox = 0;  // of `pixel`
-        for (int pixel = 0; pixel < pixels; pixel += 2) {
-            // A last pixel alone reads its patch twice (the pair's B outputs are not written).
-            const bool pair = pixel + 1 < pixels;
-            detail::fill_patch(p, scratch, 0, group_input, oy, ox);
-            if (pair && ++ox == out_w) ox = 0, ++oy;
-            detail::fill_patch(p, scratch, 1, group_input, oy, ox);
-            if (++ox == out_w) ox = 0, ++oy;
-            std::int8_t* out = output + first_channel * pixels + pixel;
+        int oy = 0, ox = 0;  // of the next pixel to fill
+        for (int first = 0; first < pixels; first += 2 * block_pairs) {
+            // The block's patches, a pair at a time; a last pixel alone fills both patches of
+            // its pair (the B outputs are not written).
+            const int count = pixels - first < 2 * block_pairs ? pixels - first : 2 * block_pairs;
+            const int pairs = (count + 1) / 2;
+            for (int j = 0; j < pairs; ++j) {
+                std::int8_t* at = scratch + j * pair_bytes;
+                const bool pair = 2 * j + 1 < count;
+                detail::fill_patch(p, at, 0, group_input, oy, ox);
+                if (pair && ++ox == out_w) ox = 0, ++oy;
+                detail::fill_patch(p, at, 1, group_input, oy, ox);
+                if (++ox == out_w) ox = 0, ++oy;
+            }
+            const bool odd = (count & 1) != 0;
             int oc = first_channel;
-            for (; oc + 1 < last_channel; oc += 2, out += 2 * pixels) {
-                std::int32_t acc[4];
-                detail::two_channels_two_pixels(scratch, weights + oc * length, length, acc);
+            for (; oc + 1 < last_channel; oc += 2) {
                 const prepared_output c0 = channel(oc), c1 = channel(oc + 1);
-                out[0] = requantize_prepared(acc[0], c0, range);
-                out[pixels] = requantize_prepared(acc[2], c1, range);
-                if (pair) {
-                    out[1] = requantize_prepared(acc[1], c0, range);
-                    out[pixels + 1] = requantize_prepared(acc[3], c1, range);
+                const std::int8_t* w = weights + oc * length;
+                std::int8_t* out0 = output + oc * pixels + first;
+                std::int8_t* out1 = out0 + pixels;
+                for (int j = 0; j < pairs; ++j, out0 += 2, out1 += 2) {
+                    std::int32_t acc[4];
+                    detail::two_channels_two_pixels(scratch + j * pair_bytes, w, length, acc);
+                    out0[0] = requantize_prepared(acc[0], c0, range);
+                    out1[0] = requantize_prepared(acc[2], c1, range);
+                    if (!odd || j + 1 < pairs) {
+                        out0[1] = requantize_prepared(acc[1], c0, range);
+                        out1[1] = requantize_prepared(acc[3], c1, range);
+                    }
                 }
             }
             if (oc < last_channel) {  // a group's last row when their count is odd
-                const std::int8_t* w = weights + oc * length;
                 const prepared_output c = channel(oc);
-                out[0] = requantize_prepared(detail::one_channel_one_pixel(scratch, 0, w, length), c, range);
-                if (pair)
-                    out[1] = requantize_prepared(detail::one_channel_one_pixel(scratch, 1, w, length), c, range);
+                const std::int8_t* w = weights + oc * length;
+                std::int8_t* out = output + oc * pixels + first;
+                for (int j = 0; j < pairs; ++j, out += 2) {
+                    const std::int8_t* at = scratch + j * pair_bytes;
+                    out[0] = requantize_prepared(detail::one_channel_one_pixel(at, 0, w, length), c, range);
+                    if (!odd || j + 1 < pairs)
+                        out[1] = requantize_prepared(detail::one_channel_one_pixel(at, 1, w, length), c, range);
+                }
             }
         }
     }
