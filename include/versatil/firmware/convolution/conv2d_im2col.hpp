@@ -41,14 +41,17 @@ constexpr std::size_t conv2d_im2col_pair_bytes(const conv2d_params& p) noexcept 
     return 4 * static_cast<std::size_t>(conv2d_patch_length(p)) + 8;
 }
 
-// Pixel pairs whose patches the kernel writes at once (within about 2 KiB, at least one,
-// at most the plane's): then it walks the output channels once per block, not once per pair,
-// so a channel's rescale is prepared once for many pixels. Short patches (pointwise layers)
-// get large blocks; a 3x3 patch over 32 channels takes one pair.
-inline constexpr std::size_t conv2d_im2col_block_budget = 2048;
+// Pixel pairs whose patches the kernel writes at once (at most eight, within 1 KiB, at least
+// one, at most the plane's): then it walks the output channels once per block, not once per
+// pair, so a channel's rescale is prepared once for several pixels. Short patches (pointwise
+// layers) get blocks of eight pairs, a 3x3 patch over 32 channels one pair. Eight already
+// spread the per-block work thin; more would only grow the arena.
+inline constexpr std::size_t conv2d_im2col_block_budget = 1024;
+inline constexpr int conv2d_im2col_most_block_pairs = 8;
 
 constexpr int conv2d_im2col_block_pairs(const conv2d_params& p) noexcept {
-    const int fit = static_cast<int>(conv2d_im2col_block_budget / conv2d_im2col_pair_bytes(p));
+    const int budget = static_cast<int>(conv2d_im2col_block_budget / conv2d_im2col_pair_bytes(p));
+    const int fit = budget < conv2d_im2col_most_block_pairs ? budget : conv2d_im2col_most_block_pairs;
     const int pairs = (p.output.plane() + 1) / 2;
     return fit < 1 ? 1 : (fit > pairs ? pairs : fit);
 }
