@@ -155,6 +155,8 @@ def decode(line, it_remaining):
         name, conditional = name[:-2], True
     elif name[0] == "b" and name[1:] in CONDITIONS:
         name, conditional = "b", True
+    elif name in ("cbz", "cbnz"):
+        conditional = True  # a conditional branch by its name, like B<cond>
     elif it_remaining > 0:
         conditional = True  # e.g. a 16-bit instruction whose printed form hides the condition
     if name not in KNOWN and name.endswith("s") and name[:-1] in KNOWN:
