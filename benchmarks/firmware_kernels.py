@@ -103,6 +103,7 @@ def run(elf, timeout, nm):
         row["estimated_cycles"] = net.cycles()
         row["estimated_cycles_range"] = [net.cycles(p) for p in cortex_m4_cycles.REFILL_RANGE]
         row["by_class"] = net.as_dict()["by_class"]
+        row["priced_as_one_cycle"] = net.unknown  # mnemonics outside the model, if any
         if abs(net.instructions - row["instructions"]) > ICOUNT_TOLERANCE:
             sys.exit(f"{elf.name} {row['layer']} {row['kernel']}: the log counts {net.instructions} instructions, "
                      f"the SysTick {row['instructions']}")
@@ -128,7 +129,7 @@ def summarize(rows):
                        "estimated_cycles": row["estimated_cycles"],
                        "estimated_cycles_per_mac": row["estimated_cycles"] / row["macs"],
                        "estimated_cycles_per_mac_range": [c / row["macs"] for c in row["estimated_cycles_range"]],
-                       "by_class": row["by_class"]}
+                       "by_class": row["by_class"], "priced_as_one_cycle": row["priced_as_one_cycle"]}
     macs = sum(entry["macs"] for entry in layers.values())
     total = {role: sum(entry[role]["instructions"] for entry in layers.values()) / macs
              for role in ("reference", "fast")}
@@ -185,6 +186,8 @@ def main():
     parser.add_argument("--arm", default="arm-none-eabi-g++")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "firmware_kernels.json"))
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also print each kernel's instructions and estimated cycles by instruction class")
     args = parser.parse_args()
     for program in (args.arm, "qemu-system-arm"):
         if not shutil.which(program):
@@ -215,6 +218,19 @@ def main():
     data["seconds"] = round(time.time() - started, 1)
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     print(render(data))
+    for level in ("O2", "Os"):
+        for layer, entry in data["levels"][level]["layers"].items():
+            for role in ("fast", "reference"):
+                run_ = entry[role]
+                classes = run_["by_class"]
+                if args.breakdown:
+                    print(f"-{level} {layer} {run_['kernel']}: per MAC " + ", ".join(
+                        f"{name} {classes[name]['instructions'] / entry['macs']:.2f} instr / "
+                        f"{classes[name]['estimated_cycles'] / entry['macs']:.2f} est. cyc"
+                        for name in cortex_m4_cycles.CLASSES if classes.get(name, {}).get("instructions")))
+                if run_["priced_as_one_cycle"]:
+                    print(f"-{level} {layer} {run_['kernel']}: not in the cycle model, priced as 1 cycle: "
+                          f"{run_['priced_as_one_cycle']}")
     for level in ("O2", "Os"):
         code = data["levels"][level]["kernel_code_bytes"]
         print(f"code at -{level}: " + ", ".join(f"{k} {code.get(k, 0)} B" for k in ("conv2d", "linear") + FAST_KERNELS))
