@@ -59,18 +59,24 @@ namespace {
 
 std::uint32_t now() noexcept { return systick[2]; }
 
+template <class Body>
+int measure(Body body) noexcept {
+    versatil_benchmark_mark(1);
+    const std::uint32_t before = now();
+    body();
+    const std::uint32_t after = now();
+    versatil_benchmark_mark(2);
+    return static_cast<int>((before - after) & 0xFFFFFFU) * instructions_per_tick;
+}
+
+// One empty measurement, the first mark(1)/mark(2) pair of the run: the cycle estimate takes the
+// first region as this overhead (a static per instantiation of `instructions` would measure it
+// again for every kernel lambda, and the regions would no longer pair with the printed lines).
+int overhead = -1;
+
 // Instructions of `run`, less those of an empty measurement.
 template <class Run>
 int instructions(Run run) noexcept {
-    const auto measure = [](auto body) {
-        versatil_benchmark_mark(1);
-        const std::uint32_t before = now();
-        body();
-        const std::uint32_t after = now();
-        versatil_benchmark_mark(2);
-        return static_cast<int>((before - after) & 0xFFFFFFU) * instructions_per_tick;
-    };
-    static int overhead = -1;
     if (overhead < 0) overhead = measure([] {});
     return measure(run) - overhead;
 }
