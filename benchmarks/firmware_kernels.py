@@ -65,6 +65,10 @@ def build(arm, level, out):
     return elf, " ".join(flags)
 
 
+# Out-of-line helpers that only one kernel calls, counted with it.
+HELPER_OF = {"fill_patch": "conv2d_im2col", "requantize_output": "conv2d"}
+
+
 def kernel_code(arm, elf):
     """Bytes of each kernel's code in the image (the function and what it alone calls)."""
     args = argparse.Namespace(compiler=arm)
@@ -72,7 +76,8 @@ def kernel_code(arm, elf):
     for size, kind, name in device.symbols(args, elf):
         if kind.lower() not in ("t", "w") or not name.startswith("versatil::"):
             continue
-        base = name.split("(")[0].rsplit("::", 1)[-1]
+        base = name.split("(")[0].split("::{lambda")[0].rsplit("::", 1)[-1]
+        base = HELPER_OF.get(base, base)
         sizes[base] = sizes.get(base, 0) + size
     return sizes
 
@@ -179,6 +184,22 @@ def render(data):
                  f"{o2['all']['reference']:.2f} | {o2['all']['reference_estimated_cycles_per_mac']:.2f} | "
                  f"{os_['all']['reference']:.2f} | {os_['all']['reference_estimated_cycles_per_mac']:.2f} |")
     return "\n".join(lines)
+
+
+def results_section(data):
+    """The "Firmware kernels" section of RESULTS.md (benchmarks/report.py)."""
+    code = data["levels"]["Os"]["kernel_code_bytes"]
+    return ["## Firmware kernels", "",
+            f"Measured by `{data['command']}` on {data['started']} ({data['seconds']:.0f} s; {data['compiler']}; "
+            f"{data['qemu']}). Method: `benchmarks/firmware_kernels.cpp` runs each MLPerf Tiny layer shape of the "
+            "firmware-speed issue on the MPS2 AN386 board (Cortex-M4) under QEMU with `-icount shift=0`, once with "
+            "the reference kernel and once with the fast kernel the exporter picks, on the same seeded data with "
+            "per-channel multipliers and a ReLU range; the two outputs must be the same bytes. CMSIS-NN's figures are "
+            "that issue's side-by-side measurement on the same board and shapes (CMSIS-NN's source is not in this "
+            "project): cited, not re-measured here.", "",
+            render(data), "",
+            "Code of each kernel at -Os (nm; the kernel and the helpers only it calls): " +
+            ", ".join(f"{k} {code.get(k, 0)} B" for k in ("conv2d", "linear") + FAST_KERNELS) + ".", ""]
 
 
 def main():

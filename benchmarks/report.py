@@ -817,6 +817,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         import firmware as firmware_benchmark
         lines += firmware_benchmark.render(json.loads(firmware.read_text()))
+    firmware_kernels = root / "benchmarks" / "results" / "firmware_kernels.json"
+    if firmware_kernels.exists():  # measured by benchmarks/firmware_kernels.py, on its own
+        sys.path.insert(0, str(root / "benchmarks"))
+        import firmware_kernels as firmware_kernels_benchmark
+        lines += firmware_kernels_benchmark.results_section(json.loads(firmware_kernels.read_text()))
     calibration_methods = root / "benchmarks" / "results" / "calibration_methods.json"
     if calibration_methods.exists():  # measured by benchmarks/calibration_methods, on its own
         sys.path.insert(0, str(root / "benchmarks"))
