@@ -218,8 +218,9 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
                     tensor(l.output) + "),\n";
         else if (l.scratch >= 0)
             text += "    fw::with_scratch(fw::layer_of(layer_" + n + ", " + tensor(l.inputs[0]) + ", " + tensor(l.output) +
-                    "), " + tensor(l.scratch) + ", " +
-                    std::to_string(firmware::scratch_bytes(l.kernel, std::get<firmware::conv2d_params>(l.params))) + "),\n";
+                    "), " + tensor(l.scratch) + ", fw::scratch_bytes(fw::conv2d_kernel::" + firmware::name(l.kernel) +
+                    ", layer_" + n + ")),\n";  // the headers' own figure: a header from another
+                                                 // version fails consistent() if it does not fit
         else
             text += "    fw::layer_of(layer_" + n + ", " + tensor(l.inputs[0]) + ", " + tensor(l.output) + "),\n";
     }
