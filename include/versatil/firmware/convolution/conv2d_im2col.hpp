@@ -244,34 +244,34 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
                 detail::fill_patch(p, at, 1, group_input, oy, ox);
                 if (++ox == out_w) ox = 0, ++oy;
             }
-            const bool odd = (count & 1) != 0;
             int oc = first_channel;
             for (; oc + 1 < last_channel; oc += 2) {
-                const prepared_output c0 = channel(oc), c1 = channel(oc + 1);
+                // The block's sums first, then each channel's outputs in a loop of its own: the
+                // multiply-accumulate loop and the output stage each keep their values in
+                // registers, where together they spilled.
                 const std::int8_t* w = weights + oc * length;
-                std::int8_t* out0 = output + oc * pixels + first;
-                std::int8_t* out1 = out0 + pixels;
-                for (int j = 0; j < pairs; ++j, out0 += 2, out1 += 2) {
+                std::int32_t sums[2][2 * conv2d_im2col_most_block_pairs];
+                for (int j = 0; j < pairs; ++j) {
                     std::int32_t acc[4];
                     detail::two_channels_two_pixels(scratch + j * pair_bytes, w, length, acc);
-                    out0[0] = requantize_prepared(acc[0], c0, range);
-                    out1[0] = requantize_prepared(acc[2], c1, range);
-                    if (!odd || j + 1 < pairs) {
-                        out0[1] = requantize_prepared(acc[1], c0, range);
-                        out1[1] = requantize_prepared(acc[3], c1, range);
-                    }
+                    sums[0][2 * j] = acc[0];
+                    sums[0][2 * j + 1] = acc[1];
+                    sums[1][2 * j] = acc[2];
+                    sums[1][2 * j + 1] = acc[3];
+                }
+                for (int r = 0; r < 2; ++r) {
+                    const prepared_output c = channel(oc + r);
+                    std::int8_t* out = output + (oc + r) * pixels + first;
+                    for (int i = 0; i < count; ++i) out[i] = requantize_prepared(sums[r][i], c, range);
                 }
             }
             if (oc < last_channel) {  // a group's last row when their count is odd
                 const prepared_output c = channel(oc);
                 const std::int8_t* w = weights + oc * length;
                 std::int8_t* out = output + oc * pixels + first;
-                for (int j = 0; j < pairs; ++j, out += 2) {
-                    const std::int8_t* at = scratch + j * pair_bytes;
-                    out[0] = requantize_prepared(detail::one_channel_one_pixel(at, 0, w, length), c, range);
-                    if (!odd || j + 1 < pairs)
-                        out[1] = requantize_prepared(detail::one_channel_one_pixel(at, 1, w, length), c, range);
-                }
+                for (int i = 0; i < count; ++i)
+                    out[i] = requantize_prepared(detail::one_channel_one_pixel(scratch + i / 2 * pair_bytes, i & 1, w, length),
+                                                 c, range);
             }
         }
     }
