@@ -822,6 +822,11 @@ def main():
         sys.path.insert(0, str(root / "benchmarks"))
         import firmware_kernels as firmware_kernels_benchmark
         lines += firmware_kernels_benchmark.results_section(json.loads(firmware_kernels.read_text()))
+    mlperf_tiny = root / "benchmarks" / "results" / "mlperf_tiny.json"
+    if mlperf_tiny.exists():  # measured by benchmarks/mlperf_tiny.py
+        sys.path.insert(0, str(root / "benchmarks"))
+        import mlperf_tiny as mlperf_tiny_benchmark
+        lines += mlperf_tiny_benchmark.render(json.loads(mlperf_tiny.read_text()))
     calibration_methods = root / "benchmarks" / "results" / "calibration_methods.json"
     if calibration_methods.exists():  # measured by benchmarks/calibration_methods, on its own
         sys.path.insert(0, str(root / "benchmarks"))

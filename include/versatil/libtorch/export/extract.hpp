@@ -14,7 +14,6 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
-#include <torch/csrc/jit/passes/fold_conv_bn.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/script.h>
@@ -32,6 +31,7 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/pipeline/batch.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
+#include "versatil/libtorch/pipeline/fold_batch_norm.hpp"
 #include "versatil/libtorch/pipeline/graph_walk.hpp"
 #include "versatil/libtorch/pipeline/plan.hpp"
 #include "versatil/libtorch/pipeline/private_clone.hpp"
@@ -68,7 +68,7 @@ inline std::unordered_map<const Node*, std::string> module_names(const ::torch::
                                                                  const std::shared_ptr<::torch::jit::Graph>& lowered) {
     ::torch::jit::Module clone = private_clone(float_model);
     clone.eval();
-    auto graph = ::torch::jit::FoldConvBatchNorm(clone).get_method("forward").graph()->copy();
+    auto graph = fold_batch_norms(clone).get_method("forward").graph()->copy();
     ::torch::jit::Inline(*graph);
     ::torch::jit::ConstantPropagation(graph);  // Conv2d's padding_mode branch, and the like
     std::map<std::string, std::vector<std::string>> float_paths;

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
-#include <torch/csrc/jit/passes/fold_conv_bn.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/fuse_linear.h>
 #include <torch/csrc/jit/passes/graph_rewrite_helper.h>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "versatil/libtorch/pipeline/equalize.hpp"
+#include "versatil/libtorch/pipeline/fold_batch_norm.hpp"
 #include "versatil/libtorch/pipeline/graph_walk.hpp"
 #include "versatil/libtorch/pipeline/lower.hpp"
 #include "versatil/libtorch/pipeline/module_tree.hpp"
@@ -117,7 +117,7 @@ inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torc
                                                                     const runtime_quantizer& quantizer) {
     ::torch::jit::Module clone = private_clone(model);
     clone.eval();
-    ::torch::jit::Module folded = detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
+    ::torch::jit::Module folded = fold_batch_norms(clone);
     // Equalized after folding, as prepare() does: the cle option holds on this path too.
     std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
     preprocess_as_insert_observers(folded);

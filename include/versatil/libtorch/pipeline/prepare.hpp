@@ -1,5 +1,5 @@
 // prepare: a clone of the model with observers where its targets' backend configs say.
-// Conv + batch-norm pairs are folded first (the fold LibTorch's graph passes recognise), then
+// Conv + batch-norm and linear + batch-norm pairs are folded first (fold_batch_norm.hpp), then
 // LibTorch's InsertObservers places one observer per quantized value (calls to parameterless
 // leaf modules inlined first, leaf_calls.hpp), configured per module path from the plan
 // (plan.hpp): each target's subtree gets its backend's QConfig, an Exclude's subtree none,
@@ -9,7 +9,6 @@
 // only clamps read then sees it clamped (clamped_observation.hpp; convert undoes that).
 #pragma once
 
-#include <torch/csrc/jit/passes/fold_conv_bn.h>
 #include <torch/csrc/jit/passes/quantization/insert_observers.h>
 #include <torch/script.h>
 
@@ -23,6 +22,7 @@
 #include "versatil/libtorch/pipeline/clamped_observation.hpp"
 #include "versatil/libtorch/pipeline/gptq.hpp"
 #include "versatil/libtorch/pipeline/equalize.hpp"
+#include "versatil/libtorch/pipeline/fold_batch_norm.hpp"
 #include "versatil/libtorch/pipeline/inference_graph.hpp"
 #include "versatil/libtorch/pipeline/leaf_calls.hpp"
 #include "versatil/libtorch/pipeline/lowering.hpp"
@@ -35,17 +35,6 @@
 namespace versatil::libtorch {
 
 namespace detail {
-
-// Whether LibTorch's FoldConvBatchNorm can change `model`: it folds batch norms into torch.nn
-// convolutions and gives those without a bias a None one (LibTorch 1.13, fold_conv_bn.cpp), on
-// a copy of its own. A model without a torch.nn convolution (an MLP, a transformer) would only
-// pay for that copy of every weight: on this machine ~3 ms for an MLP's 1.3 MB, most of it
-// page faults on the fresh memory.
-inline bool has_torch_nn_convolution(const ::torch::jit::Module& model) {
-    for (const auto& item : model.named_modules())
-        if (class_name_contains(item.value, "torch.nn.modules.conv.")) return true;
-    return false;
-}
 
 // The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
 // subtree gets its QConfig, an exclude's none, everything outside every target none; linear
@@ -89,10 +78,9 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         ::torch::jit::Module clone = private_clone(model);
         clone.eval();  // folding and freezing need eval mode
         const inference_specialization changes = specialize_for_inference(clone, depth);
-        // Batch norm is folded into the convolution before observers (QAT included): what is
-        // then trained is exactly what convert quantizes. See qat.hpp.
-        ::torch::jit::Module folded =
-            detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
+        // Batch norm is folded into the convolution or linear layer before observers (QAT
+        // included): what is then trained is exactly what convert quantizes. See qat.hpp.
+        ::torch::jit::Module folded = fold_batch_norms(clone);
         // Equalized after folding: the folded weights are what observers see and convert quantizes.
         std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
