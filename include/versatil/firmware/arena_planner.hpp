@@ -57,6 +57,11 @@ struct planner_slot {
     std::size_t block_offset = 0;
     bool placed = false;
     int order = 0;  // placement order: the i-th block to place is slots[i].order
+    // Lists threaded through the slots, so that placement visits a block's tensors and the
+    // placed ones only (in a constant expression every step counts against the compiler's
+    // limit): the block's first member (kept in the block's slot), the next member of the
+    // same block, the next tensor placed before this one (-1 ends a list).
+    int first_member = -1, next_member = -1, next_placed = -1;
 };
 
 namespace detail {
@@ -109,6 +114,11 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
         slots[t].block_first = slots[t].first;
         slots[t].block_last = slots[t].last;
     }
+    for (int t = count - 1; t >= 0; --t) {
+        planner_slot& b = slots[slots[t].block];
+        slots[t].next_member = b.first_member;
+        b.first_member = t;
+    }
     for (int t = 0; t < count; ++t) {
         planner_slot& b = slots[slots[t].block];
         const std::ptrdiff_t begin = slots[t].relative, end = begin + static_cast<std::ptrdiff_t>(slots[t].bytes);
@@ -140,19 +150,16 @@ constexpr std::size_t address(std::span<const planner_slot> slots, int t) noexce
 // candidates are 0 and the offsets that put one of its tensors just above a placed tensor.
 // Returns the arena's size.
 constexpr std::size_t place(std::span<planner_slot> slots, int blocks) noexcept {
-    const int count = static_cast<int>(slots.size());
     for (auto& s : slots) s.placed = false;
+    int placed = -1;  // the list of placed tensors
     std::size_t arena = 0;
     for (int n = 0; n < blocks; ++n) {
         const int b = slots[n].order;
         const auto fits = [&](std::size_t offset) {
-            for (int m = 0; m < count; ++m) {
-                if (slots[m].block != b) continue;
+            for (int m = slots[b].first_member; m >= 0; m = slots[m].next_member) {
                 const std::size_t begin = offset + static_cast<std::size_t>(slots[m].relative - slots[b].block_begin);
-                for (int p = 0; p < count; ++p) {
-                    if (!slots[slots[p].block].placed ||
-                        !overlaps(slots[m].first, slots[m].last, slots[p].first, slots[p].last))
-                        continue;
+                for (int p = placed; p >= 0; p = slots[p].next_placed) {
+                    if (!overlaps(slots[m].first, slots[m].last, slots[p].first, slots[p].last)) continue;
                     const std::size_t other = address(slots, p);
                     if (begin < other + slots[p].bytes && other < begin + slots[m].bytes) return false;
                 }
@@ -161,11 +168,9 @@ constexpr std::size_t place(std::span<planner_slot> slots, int blocks) noexcept 
         };
         std::size_t best = 0;
         bool found = fits(0);
-        for (int p = 0; p < count; ++p) {
-            if (!slots[slots[p].block].placed) continue;
+        for (int p = placed; p >= 0; p = slots[p].next_placed) {
             const std::size_t above = address(slots, p) + slots[p].bytes;
-            for (int m = 0; m < count; ++m) {
-                if (slots[m].block != b) continue;
+            for (int m = slots[b].first_member; m >= 0; m = slots[m].next_member) {
                 const auto lift = static_cast<std::size_t>(slots[m].relative - slots[b].block_begin);
                 if (above < lift) continue;
                 const std::size_t candidate = above - lift;
@@ -177,6 +182,10 @@ constexpr std::size_t place(std::span<planner_slot> slots, int blocks) noexcept 
         }
         slots[b].block_offset = best;
         slots[b].placed = true;
+        for (int m = slots[b].first_member; m >= 0; m = slots[m].next_member) {
+            slots[m].next_placed = placed;
+            placed = m;
+        }
         if (best + block_size(slots[b]) > arena) arena = best + block_size(slots[b]);
     }
     return arena;
