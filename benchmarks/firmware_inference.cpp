@@ -9,13 +9,11 @@
 #include VERSATIL_MODEL_HEADER
 #include VERSATIL_IMAGES_HEADER
 #include "console.hpp"
+#include "mps2_an386/instruction_counter.hpp"
 
 namespace {
 
 using model = VERSATIL_MODEL_NAMESPACE::model;
-
-volatile std::uint32_t* const systick = reinterpret_cast<volatile std::uint32_t*>(0xE000E010);  // CSR, RVR, CVR
-constexpr int instructions_per_tick = 40;  // 1 GHz of icount time / 25 MHz
 
 std::byte arena[model::arena_bytes];
 std::int8_t input[model::input_size];
@@ -24,17 +22,15 @@ std::int8_t output[model::output_size];
 }  // namespace
 
 int main() {
-    systick[1] = 0xFFFFFF;  // reload: 24 bits, 671 million instructions before it wraps
-    systick[2] = 0;
-    systick[0] = 5;         // enabled, processor clock, no interrupt
+    const mps2_an386::instruction_counter counter;
     console::line() << "arena_bytes " << static_cast<int>(model::arena_bytes) << "\n";
     for (int image = 0; image < embedded_images::count; ++image) {
         for (std::size_t i = 0; i < model::input_size; ++i)  // raw pixels shifted to int8: the count does not depend on the values' meaning
             input[i] = static_cast<std::int8_t>(embedded_images::pixels[image][i] - 128);
-        const std::uint32_t before = systick[2];
+        const std::uint32_t before = counter.now();
         model::run(input, output, arena);
-        const std::uint32_t ticks = (before - systick[2]) & 0xFFFFFFU;
-        console::line() << "inference " << image << " instructions " << static_cast<int>(ticks) * instructions_per_tick << "\n";
+        console::line() << "inference " << image << " instructions " << counter.instructions_between(before, counter.now())
+                        << "\n";
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "console.hpp"
+#include "mps2_an386/instruction_counter.hpp"
 #include "versatil/firmware/convolution/conv2d_im2col.hpp"
 #include "versatil/firmware/convolution/depthwise_conv2d_3x3.hpp"
 #include "versatil/firmware/firmware.hpp"
@@ -21,8 +22,6 @@ namespace {
 
 namespace fw = versatil::firmware;
 
-volatile std::uint32_t* const systick = reinterpret_cast<volatile std::uint32_t*>(0xE000E010);  // CSR, RVR, CVR
-constexpr int instructions_per_tick = 40;
 
 std::int8_t input[48 * 48 * 32], reference_output[48 * 48 * 32], fast_output[48 * 48 * 32];
 std::int8_t weights[640 * 128], packed_weights[640 * 128], scratch[4 * 64 * 9];
@@ -57,16 +56,16 @@ extern "C" __attribute__((noinline, used)) void versatil_benchmark_mark(int wher
 
 namespace {
 
-std::uint32_t now() noexcept { return systick[2]; }
+using counter = mps2_an386::instruction_counter;
 
 template <class Body>
 int measure(Body body) noexcept {
     versatil_benchmark_mark(1);
-    const std::uint32_t before = now();
+    const std::uint32_t before = counter::now();
     body();
-    const std::uint32_t after = now();
+    const std::uint32_t after = counter::now();
     versatil_benchmark_mark(2);
-    return static_cast<int>((before - after) & 0xFFFFFFU) * instructions_per_tick;
+    return counter::instructions_between(before, after);
 }
 
 // One empty measurement, the first mark(1)/mark(2) pair of the run: the cycle estimate takes the
@@ -136,9 +135,7 @@ void fully_connected(const char* layer, int in_features, int out_features, rando
 }  // namespace
 
 int main() {
-    systick[1] = 0xFFFFFF;  // reload: 24 bits, 671 million instructions before it wraps
-    systick[2] = 0;
-    systick[0] = 5;         // enabled, processor clock, no interrupt
+    const counter started;
     random_bits r{0x1D0A5EEDU};
     const fw::window conv3x3{3, 3, 1, 1, 1, 1, 1, 1}, conv3x3_stride2{3, 3, 2, 2, 1, 1, 1, 1}, pointwise{};
     convolution("resnet8_conv3x3_32x32_16x16", {32, 16, 16}, 32, conv3x3, 1, r);
