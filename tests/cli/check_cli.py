@@ -117,6 +117,31 @@ with tempfile.TemporaryDirectory() as scratch:
     if (d / "unmet.pt").exists() or (d / "unmet.json").exists():
         failures.append("an unmet accuracy target left output behind")
 
+    # --per-layer-samples reaches the analysis: the report measures every layer on that many samples
+    # (the default is at least 128).
+    run("--per-layer-samples", "8", "--report", d / "per_layer8.json", expect_text="worst first; 8 samples)")
+    per_layer8 = json.loads((d / "per_layer8.json").read_text())
+    if per_layer8["per_layer_samples"] != 8 or len(per_layer8["per_layer"]) != 4 \
+            or report["per_layer_samples"] < 128:
+        failures.append(f"--per-layer-samples 8: {per_layer8['per_layer_samples']} samples, "
+                        f"{len(per_layer8['per_layer'])} rows (default run: {report['per_layer_samples']})")
+    # --freeze-observers-after changes what QAT converts: the embedded default's QAT run is
+    # deterministic (two runs give the same SQNR), and ranges frozen after the first step give another.
+    qat_runs = {}
+    for name, extra in (("qat_a", []), ("qat_b", []), ("qat_frozen", ["--freeze-observers-after", "1"])):
+        run("--target", "=x86_inductor:qat", "--steps", "20", "--no-per-layer", "--report", d / f"{name}.json", *extra,
+            expect_text="QAT training")
+        qat_runs[name] = json.loads((d / f"{name}.json").read_text())["sqnr_db"]
+    if not qat_runs["qat_a"] == qat_runs["qat_b"] != qat_runs["qat_frozen"]:
+        failures.append(f"--freeze-observers-after 1 made no difference, or QAT is not repeatable: {qat_runs}")
+    # A top-1 target needs labelled held-out data, which the embedded default has not.
+    run("--max-accuracy-drop", "1", "--no-per-layer", expect_status=2,
+        expect_text="error (no_evaluation_data): a maximum top-1 drop is measured on labelled held-out data")
+    # --data without --model, and an accuracy target across processes: refused before any work.
+    run("--data", d / "absent.data.pt", expect_status=2, expect_text="--data needs --model")
+    run("--min-sqnr", "0", "--WORLD_SIZE", "2", "--RANK", "0", "--MASTER_ADDR", "127.0.0.1", "--MASTER_PORT", "1",
+        expect_status=2, expect_text="an accuracy target quantizes again per step")
+
     # Bad input: exit 2, a message naming the problem, nothing written, inputs untouched.
     run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
     run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")
@@ -156,6 +181,20 @@ with tempfile.TemporaryDirectory() as scratch:
         expect_text="is the input model")
     run("--model", model, "--data", data, "--target", "=xnnpack", "--target", "=x86_inductor", expect_status=2,
         expect_text="overlap")
+    run("--model", model, "--data", data, "--target", "=cortex_m", "--export", model, "--no-per-layer",
+        expect_status=2, expect_text="is the input model")
+    # A top-1 target on labelled data: one already met (a drop of up to 100 points) keeps nothing
+    # in float; one no step can meet (top-1 above the float model's) exits 2 and writes nothing.
+    run("--model", model, "--data", data, "--target", "=xnnpack", "--max-accuracy-drop", "100", "--no-per-layer",
+        "--report", d / "drop.json", expect_text="accuracy target (top-1 drop <= 100.00 points)")
+    drop = json.loads((d / "drop.json").read_text())
+    if drop["accuracy_target"] != "top-1 drop <= 100.00 points" or drop["kept_in_float"] != [] \
+            or [step["met"] for step in drop["target_steps"]] != [True]:
+        failures.append(f"a met top-1 target's report: {drop['accuracy_target']}, {drop['target_steps']}")
+    run("--model", model, "--data", data, "--target", "=xnnpack", "--max-accuracy-drop", "-50", "--no-per-layer",
+        "--out", d / "unmet_drop.pt", expect_status=2, expect_text="top-1 drop <= -50.00 points is not met even with ")
+    if (d / "unmet_drop.pt").exists():
+        failures.append("an unmet top-1 target left output behind")
     # Data files with one thing wrong each, written by Debian's python3-torch.
     def data_file(name, **tensors):
         script = ("import sys, torch\n"

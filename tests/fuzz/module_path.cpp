@@ -1,29 +1,21 @@
-// Fuzzes run-time module paths: check_module_path against an independent regular expression,
-// and runtime_quantizer::compose over up to eight '\n'-separated paths, each given a backend
-// (or none) by its first byte. Whatever compose accepts must be valid and answer queries
-// consistently, also from a copy that outlives the original.
+// Fuzzes run-time module paths: check_module_path against an independent regular expression
+// (module_path_grammar.hpp), and runtime_quantizer::compose over up to eight '\n'-separated
+// paths, each given a backend (or none) by its first byte. Whatever compose accepts must be
+// valid and answer queries consistently, also from a copy that outlives the original.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "fuzz_check.hpp"
+#include "module_path_grammar.hpp"
 #include "versatil/backends/catalogue.hpp"
 #include "versatil/core/module_path.hpp"
 #include "versatil/core/runtime_quantizer.hpp"
 
 namespace {
-
-// The path grammar of module_path.hpp, written another way: identifiers or indices without
-// a leading zero, '.'-separated; "" is the whole model.
-bool valid_by_regex(const std::string& path) {
-    static const std::regex grammar(
-        R"(((?:[A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]*)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|0|[1-9][0-9]*))*)?)");
-    return std::regex_match(path, grammar);
-}
 
 const versatil::backend_descriptor* backend_for(unsigned char selector) {
     static constexpr const char* specs[] = {"xnnpack", "xnnpack:per_tensor", "x86_inductor", "x86_inductor:dynamic",
@@ -48,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::string path(line);
 
         const versatil::path_check check = versatil::check_module_path(path);
-        VERSATIL_FUZZ_CHECK(static_cast<bool>(check) == valid_by_regex(path));
+        VERSATIL_FUZZ_CHECK(static_cast<bool>(check) == versatil_fuzz::valid_by_regex(path));
         VERSATIL_FUZZ_CHECK(check || check.position <= path.size());  // names where the bad component starts
         VERSATIL_FUZZ_CHECK(versatil::contains("", path) && versatil::contains(path, path));
         targets.push_back({path, backend_for(selector)});

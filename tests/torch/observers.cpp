@@ -878,10 +878,20 @@ TEST_CASE("the compiled histc puts every value in ATen's bin") {
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
-TEST_CASE("histc's AVX2 binning gives every value the bin of the baseline (SSE2) binning") {
+namespace {
+// Decided before main, where GCC asks for __builtin_cpu_init before __builtin_cpu_supports.
+const bool cpu_lacks_avx2 = [] {
+    __builtin_cpu_init();
+    return !__builtin_cpu_supports("avx2");
+}();
+}  // namespace
+
+// On a CPU without AVX2 there is nothing to compare: doctest reports the case as skipped (its
+// summary counts it) rather than as a pass that asserted nothing.
+TEST_CASE("histc's AVX2 binning gives every value the bin of the baseline (SSE2) binning" *
+          doctest::skip(cpu_lacks_avx2)) {
     // histc takes the AVX2 loop where the CPU has it (the test above checks that one against
     // ATen there); this compares it with the baseline loop other CPUs run, block by block.
-    if (!__builtin_cpu_supports("avx2")) return;
     namespace histc_detail = versatil::libtorch::observer_ops::histc_detail;
     constexpr std::int64_t block = histc_detail::block;
     const at::Generator generator = at::detail::createCPUGenerator(5);

@@ -4,6 +4,10 @@
 python3-torchvision (/usr/bin/python3).
 
   make_zoo.py OUT_DIR [--only NAME[,NAME...]] [--list]
+  make_zoo.py --module-names > tests/fuzz/module_names.txt
+
+--module-names prints the path of every submodule of every zoo model (named_modules), sorted
+and unique: the real names the module-path grammars are checked against (tests/fuzz).
 
 Each torchvision classifier is torchvision's own class at a small size (fewer blocks or a
 narrow width where the architecture takes one, a 64x64 input), so the suite stays fast while
@@ -314,21 +318,40 @@ def write(out, name, model, calibration, test, labels=None, description="", outp
     return {"name": name, "model": f"{name}.pt", "data": f"{name}.data.pt", "description": description,
             "inputs": [f"{list(t.shape[1:])} {str(t.dtype).replace('torch.', '')}" for t in calibration],
             "executed_ops": executed, "weighted_modules": weighted_modules(model),
-            "linear_modules": weighted_modules(model, nn.Linear)}
+            "linear_modules": weighted_modules(model, nn.Linear),
+            "module_names": sorted(path for path, _ in model.named_modules() if path)}
+
+
+EXTRAS = {"encoder": Encoder, "text": TextClassifier, "multitask": MultiTask, "dict_heads": DictHeads,
+          "two_inputs": TwoInputs}
+
+
+def module_names():
+    """Every submodule path of every zoo model, as the models are built (no data needed)."""
+    torch.manual_seed(0)
+    paths = set()
+    for make in list(CLASSIFIERS.values()) + list(EXTRAS.values()):
+        paths.update(path for path, _ in make().named_modules() if path)
+    return sorted(paths)
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("out")
+    parser.add_argument("out", nargs="?")
     parser.add_argument("--only", default="")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--module-names", action="store_true")
     args = parser.parse_args()
 
-    extras = ["encoder", "text", "multitask", "dict_heads", "two_inputs"]
-    names = list(CLASSIFIERS) + extras
+    names = list(CLASSIFIERS) + list(EXTRAS)
     if args.list:
         print("\n".join(names))
         return
+    if args.module_names:
+        print("\n".join(module_names()))
+        return
+    if args.out is None:
+        parser.error("OUT_DIR is required")
     wanted = [n for n in args.only.split(",") if n] or names
     unknown = [n for n in wanted if n not in names]
     if unknown:
