@@ -121,13 +121,8 @@ def runtime_against_libtorch(args, work, count):
     embedded = run([sys.executable, ROOT / "examples/firmware/embed_images.py", "--count", count, "--out", images])
     check(embedded.returncode == 0, f"{count} test images embedded" + ("" if embedded.returncode == 0 else ": " + embedded.stderr))
     program = work / "classify_fm_all"
-    built = run(args.compiler + ["-std=c++20", "-O1", '-DVERSATIL_MODEL_HEADER="fm_cnn.hpp"',
-                                 "-DVERSATIL_MODEL_NAMESPACE=fm_cnn", '-DVERSATIL_IMAGES_HEADER="fm_test_images.hpp"',
-                                 "-I", args.include, "-I", ROOT / "examples/firmware", "-I", work,
-                                 ROOT / "examples/firmware/classify.cpp", "-o", program])
-    check(built.returncode == 0, "classify.cpp builds for the host with the exported model and every test image" +
-          ("" if built.returncode == 0 else ":\n" + built.stderr[-3000:]))
-    if built.returncode != 0:
+    if not build_classify(args, work, "fm_test_images.hpp", program, ["-O1"],
+                          "classify.cpp builds for the host with the exported model and every test image"):
         return
     ran = run([program])
     # "image I label L predicted P outputs O0 ... O9", one line per image
@@ -165,6 +160,16 @@ def runtime_against_libtorch(args, work, count):
           f"{firmware['differing_elements']} differing outputs, top-1 agreement {firmware['top1_agreement']}")
 
 
+def build_classify(args, work, images_header, program, flags, what):
+    """examples/firmware/classify.cpp with the exported fm_cnn header and `images_header`, for the host."""
+    built = run(args.compiler + ["-std=c++20", *flags, '-DVERSATIL_MODEL_HEADER="fm_cnn.hpp"',
+                                 "-DVERSATIL_MODEL_NAMESPACE=fm_cnn", f'-DVERSATIL_IMAGES_HEADER="{images_header}"',
+                                 "-I", args.include, "-I", ROOT / "examples/firmware", "-I", work,
+                                 ROOT / "examples/firmware/classify.cpp", "-o", program])
+    check(built.returncode == 0, what + ("" if built.returncode == 0 else ":\n" + built.stderr[-3000:]))
+    return built.returncode == 0
+
+
 def device_proof(args, work):
     """classify.cpp with the exported model on the host and under QEMU; top-1 against LibTorch."""
     images = work / "fm_images.hpp"
@@ -173,12 +178,8 @@ def device_proof(args, work):
     defines = ['VERSATIL_MODEL_HEADER="fm_cnn.hpp"', "VERSATIL_MODEL_NAMESPACE=fm_cnn",
                'VERSATIL_IMAGES_HEADER="fm_images.hpp"']
     host = work / "classify_fm_host"
-    built = run(args.compiler + ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Werror", *[f"-D{d}" for d in defines],
-                                 "-I", args.include, "-I", ROOT / "examples/firmware", "-I", work,
-                                 ROOT / "examples/firmware/classify.cpp", "-o", host])
-    check(built.returncode == 0, "classify.cpp builds for the host with the exported model" +
-          ("" if built.returncode == 0 else ":\n" + built.stderr[-3000:]))
-    if built.returncode != 0:
+    if not build_classify(args, work, "fm_images.hpp", host, ["-O2", "-Wall", "-Wextra", "-Werror"],
+                          "classify.cpp builds for the host with the exported model"):
         return
     device = run([sys.executable, HERE / "device.py", "--compiler", args.device_compiler, "--root", ROOT,
                   "--source", ROOT / "examples/firmware/classify.cpp", "--host-program", host,

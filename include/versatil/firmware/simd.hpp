@@ -1,5 +1,5 @@
 // The dual 16-bit arithmetic the fast kernels are written in: Armv7E-M's DSP instructions
-// (SXTB16, SXTAB16, SMLAD, SMLABB, SMLATB, SADD16, QADD, SSAT) where the target has them
+// (SXTB16, SXTAB16, SMLAD, SMLABB, SMLATB, SADD16, QADD) where the target has them
 // (__ARM_FEATURE_DSP: Cortex-M4, M7, M33 with DSP), and otherwise, or with
 // VERSATIL_FIRMWARE_PORTABLE defined, the same operations spelled out in plain C++. Both are
 // exact, so a kernel built on them gives the same bytes on every target; the host runs the
@@ -86,8 +86,6 @@ VERSATIL_FIRMWARE_INLINE std::int32_t multiply_add_high_low(pair a, pair b, std:
 VERSATIL_FIRMWARE_INLINE std::int32_t saturating_add(std::int32_t a, std::int32_t b) noexcept { return __qadd(a, b); }
 // Halfword by halfword a + b, each wrapping to 16 bits (SADD16).
 VERSATIL_FIRMWARE_INLINE pair add_pairs(pair a, pair b) noexcept { return static_cast<pair>(__sadd16(a, b)); }
-// value saturated to [-65536, 65535] (SSAT #17).
-VERSATIL_FIRMWARE_INLINE std::int32_t saturate17(std::int32_t value) noexcept { return __ssat(value, 17); }
 #else
 VERSATIL_FIRMWARE_INLINE pair even_bytes(std::int32_t word) noexcept {
     return make_pair(static_cast<std::int8_t>(word & 0xFF), static_cast<std::int8_t>((static_cast<std::uint32_t>(word) >> 16) & 0xFF));
@@ -118,9 +116,6 @@ VERSATIL_FIRMWARE_INLINE std::int32_t saturating_add(std::int32_t a, std::int32_
     std::int32_t sum;
     if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? 2147483647 : -2147483647 - 1;
     return sum;
-}
-VERSATIL_FIRMWARE_INLINE std::int32_t saturate17(std::int32_t value) noexcept {
-    return value < -65536 ? -65536 : (value > 65535 ? 65535 : value);
 }
 #endif
 
