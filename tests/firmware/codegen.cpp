@@ -201,7 +201,13 @@ TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API 
     const std::string text = header_for(g, "vendor::fm");
     for (const char* part : {"namespace vendor::fm {", "struct model {", "static constexpr std::size_t input_size = 784;",
                              "static constexpr std::size_t output_size = 10;", "arena_bytes = detail::plan.figures.arena_bytes",
-                             "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena) noexcept",
+                             "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
+                             "                    OnLayer&& on_layer = {}) noexcept",
+                             "on_layer(fw::layer_event::starts, 0, \"features.0\");",
+                             "void vendor_fm_run(const int8_t* input, int8_t* output);", "#define VENDOR_FM_INPUT_SIZE 784\n",
+                             "#define VENDOR_FM_OUTPUT_SIZE 10\n", "#ifndef VERSATIL_WEIGHTS_SECTION\n",
+                             "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr std::int8_t weights_0[]",
+                             "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[",
                              "inline constexpr auto plan = fw::plan_arena(tensors, layers, input_tensor, output_tensor);",
                              "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
                              "fw::depthwise_conv2d_3x3(detail::layer_2, a + plan.tensors[", "fw::conv2d_im2col(detail::layer_0, ",

@@ -105,14 +105,15 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
                 (layer.kernel == firmware::conv2d_kernel::conv2d_im2col ? ", weights in its order" : "");
     text += "\n";
     const std::string bias = layer.bias.empty() ? "nullptr" : "bias_" + n;
+    const std::string parameters = "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr ";
     if (!layer.weights.empty())
-        text += "inline constexpr std::int8_t weights_" + n + "[] = " +
+        text += parameters + "std::int8_t weights_" + n + "[] = " +
                 array_literal(layer.weights, 24, [](std::int8_t w) { return std::to_string(w); }) + ";\n";
     if (!layer.bias.empty())
-        text += "inline constexpr std::int32_t bias_" + n + "[] = " +
+        text += parameters + "std::int32_t bias_" + n + "[] = " +
                 array_literal(layer.bias, 8, [](std::int32_t b) { return std::to_string(b); }) + ";\n";
     if (!layer.multipliers.empty())
-        text += "inline constexpr versatil::math::fixed_point_multiplier multipliers_" + n + "[] = " +
+        text += parameters + "versatil::math::fixed_point_multiplier multipliers_" + n + "[] = " +
                 array_literal(layer.multipliers, 4, multiplier_literal) + ";\n";
     text += std::visit(
         [&](const auto& p) -> std::string {
@@ -160,6 +161,82 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
     return text;
 }
 
+// The C names of a namespace: "models::fm" gives functions models_fm_run and macros MODELS_FM_*.
+inline std::string c_prefix(std::string_view namespace_name) {
+    std::string prefix;
+    for (std::size_t i = 0; i < namespace_name.size(); ++i) {
+        if (namespace_name.substr(i, 2) == "::") {
+            prefix += '_';
+            ++i;
+        } else {
+            prefix += namespace_name[i];
+        }
+    }
+    return prefix;
+}
+
+inline std::string upper(std::string text) {
+    for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return text;
+}
+
+// What the header says of its use, and the placement macros' defaults (empty: where the
+// compiler puts them).
+inline std::string usage_and_placement(const std::string& ns, const std::string& c_name) {
+    return "//\n"
+           "// C++: " + ns + "::model::run(input, output, arena[, on_layer]) with the caller's arena of\n"
+           "// model::arena_bytes, or run(input, output) in the header's own (" + ns + "::arena). on_layer, if\n"
+           "// given, is called as on_layer(event, layer, module) before and after each layer\n"
+           "// (versatil/firmware/layer_callback.hpp); without it the calls compile to nothing.\n"
+           "// C (this file also compiles as C, where it declares only this): " + c_name + "_run(input, output)\n"
+           "// runs in the header's arena, " + c_name + "_run_in_arena(input, output, arena) in the caller's, of\n"
+           "// " + upper(c_name) + "_ARENA_BYTES; no heap, no exception. Exactly one C++ file defines them: it defines\n"
+           "// VERSATIL_C_ENTRY_POINTS before it includes this header.\n"
+           "// Placement: define any of these before including the header (each defaults to empty):\n"
+           "//   VERSATIL_WEIGHTS_SECTION  the parameter arrays' (weights, biases, multipliers) section,\n"
+           "//                             e.g. __attribute__((section(\".model_weights\")))\n"
+           "//   VERSATIL_WEIGHTS_ALIGN    their alignment, e.g. alignas(16)\n"
+           "//   VERSATIL_ARENA_SECTION    the header's arena's section, e.g. __attribute__((section(\".model_arena\")))\n"
+           "//   VERSATIL_ARENA_ALIGN      its alignment, e.g. alignas(16)\n"
+           "#pragma once\n\n"
+           "#ifndef VERSATIL_WEIGHTS_SECTION\n#define VERSATIL_WEIGHTS_SECTION\n#endif\n"
+           "#ifndef VERSATIL_WEIGHTS_ALIGN\n#define VERSATIL_WEIGHTS_ALIGN\n#endif\n"
+           "#ifndef VERSATIL_ARENA_SECTION\n#define VERSATIL_ARENA_SECTION\n#endif\n"
+           "#ifndef VERSATIL_ARENA_ALIGN\n#define VERSATIL_ARENA_ALIGN\n#endif\n\n";
+}
+
+// The C part: sizes and quantization as macros, the entry points' declarations, and (in the
+// one C++ file that asks for them) their definitions.
+inline std::string c_interface(const lowered_graph& g, const std::string& ns, const std::string& c_name,
+                               std::size_t arena_bytes) {
+    const std::string macro = upper(c_name);
+    const firmware::shape in_shape = g.tensors[static_cast<std::size_t>(g.input)];
+    const firmware::shape out_shape = g.tensors[static_cast<std::size_t>(g.output)];
+    return "/* The C interface: " + macro + "_INPUT_SIZE int8 levels in, " + macro + "_OUTPUT_SIZE out. */\n"
+           "#include <stdint.h>\n\n"
+           "#define " + macro + "_INPUT_SIZE " + std::to_string(in_shape.bytes()) + "\n"
+           "#define " + macro + "_OUTPUT_SIZE " + std::to_string(out_shape.bytes()) + "\n"
+           "#define " + macro + "_ARENA_BYTES " + std::to_string(arena_bytes) + "\n"
+           "#define " + macro + "_INPUT_SCALE " + number(g.input_scale) + "\n"
+           "#define " + macro + "_INPUT_ZERO_POINT (" + std::to_string(g.input_zero_point) + ")\n"
+           "#define " + macro + "_OUTPUT_SCALE " + number(g.output_scale) + "\n"
+           "#define " + macro + "_OUTPUT_ZERO_POINT (" + std::to_string(g.output_zero_point) + ")\n\n"
+           "#ifdef __cplusplus\n"
+           "static_assert(" + macro + "_INPUT_SIZE == " + ns + "::model::input_size &&\n              " + macro +
+           "_OUTPUT_SIZE == " + ns + "::model::output_size &&\n              " + macro + "_ARENA_BYTES == " + ns +
+           "::model::arena_bytes, \"" + ns + ": the C sizes differ from the model's\");\n"
+           "extern \"C\" {\n#endif\n"
+           "void " + c_name + "_run(const int8_t* input, int8_t* output);\n"
+           "void " + c_name + "_run_in_arena(const int8_t* input, int8_t* output, void* arena);\n"
+           "#ifdef __cplusplus\n}\n#endif\n\n"
+           "#if defined(__cplusplus) && defined(VERSATIL_C_ENTRY_POINTS)\n"
+           "extern \"C\" void " + c_name + "_run(const int8_t* input, int8_t* output) { " + ns +
+           "::model::run(input, output); }\n"
+           "extern \"C\" void " + c_name + "_run_in_arena(const int8_t* input, int8_t* output, void* arena) {\n"
+           "    " + ns + "::model::run(input, output, static_cast<std::byte*>(arena));\n}\n"
+           "#endif\n";
+}
+
 }  // namespace detail
 
 // Throws std::invalid_argument unless `name` can name the exported header's namespace: "fm"
@@ -187,6 +264,7 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
     const firmware::shape out_shape = g.tensors[static_cast<std::size_t>(g.output)];
     const auto tensor = [](int t) { return std::to_string(t); };
     const auto place = [&](int t) { return "plan.tensors[" + tensor(t) + "].offset"; };
+    const std::string c_name = c_prefix(ns);
 
     std::string text =
         "// Generated by versatil::codegen::header_for: an int8 model as compile-time C++ for the versatil\n"
@@ -195,7 +273,8 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
         std::to_string(g.layers.size()) + " layers; arena " + std::to_string(figures.arena_bytes) +
         " bytes (live-set lower bound " + std::to_string(figures.arena_lower_bound_bytes) + ", greedy planner " +
         std::to_string(figures.greedy_planner_bytes) + "); parameters " + std::to_string(figures.parameter_bytes) +
-        " bytes.\n#pragma once\n\n#include <cstddef>\n#include <cstdint>\n\n#include \"versatil/firmware/firmware.hpp\"\n\n"
+        " bytes.\n" + usage_and_placement(ns, c_name) +
+        "#ifdef __cplusplus\n#include <cstddef>\n#include <cstdint>\n\n#include \"versatil/firmware/firmware.hpp\"\n\n"
         "namespace " + ns + " {\nnamespace detail {\n\nnamespace fw = versatil::firmware;\n\n";
     for (std::size_t i = 0; i < g.layers.size(); ++i) text += layer_definition(g.layers[i], i) + "\n";
 
@@ -248,7 +327,10 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
     text += "static_assert(plan.figures.arena_bytes == " + std::to_string(figures.arena_bytes) +
             ", \"" + ns + ": the compiler's arena plan differs from the code generator's\");\n\n}  // namespace detail\n\n";
 
-    text += "struct model {\n"
+    text += "// The header's own arena, for run(input, output) and the C entry points.\n"
+            "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[detail::plan.figures.arena_bytes > 0 ? "
+            "detail::plan.figures.arena_bytes : 1];\n\n"
+            "struct model {\n"
             "    static constexpr std::size_t input_size = " + std::to_string(in_shape.bytes()) + ";\n"
             "    static constexpr std::size_t output_size = " + std::to_string(out_shape.bytes()) + ";\n"
             "    static constexpr std::size_t arena_bytes = detail::plan.figures.arena_bytes;\n"
@@ -260,10 +342,13 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             "    static constexpr double output_scale = " + number(g.output_scale) + ";\n"
             "    static constexpr std::int32_t output_zero_point = " + std::to_string(g.output_zero_point) + ";\n"
             "    static constexpr versatil::firmware::shape input_shape" + shape_literal(in_shape) + ";\n"
-            "    static constexpr versatil::firmware::shape output_shape" + shape_literal(out_shape) + ";\n\n"
+            "    static constexpr versatil::firmware::shape output_shape" + shape_literal(out_shape) + ";\n"
+            "    static constexpr std::size_t layer_count = " + std::to_string(g.layers.size()) + ";\n\n"
             "    // input: input_size int8 levels (channels, height, width); output: output_size levels;\n"
-            "    // arena: arena_bytes bytes, any alignment, reused by every call.\n"
-            "    static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena) noexcept {\n"
+            "    // arena: arena_bytes bytes, any alignment, reused by every call; on_layer: see above.\n"
+            "    template <class OnLayer = versatil::firmware::no_layer_callback>\n"
+            "    static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
+            "                    OnLayer&& on_layer = {}) noexcept {\n"
             "        namespace fw = versatil::firmware;\n"
             "        using detail::plan;\n"
             "        std::int8_t* const a = reinterpret_cast<std::int8_t*>(arena);\n";
@@ -279,6 +364,10 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             in_place = in_place || overlaps(out_place, g.tensors[static_cast<std::size_t>(l.output)].bytes(),
                                             plan.tensors[static_cast<std::size_t>(t)], g.tensors[static_cast<std::size_t>(t)].bytes());
         const std::string comment = "  // " + l.module + (in_place ? ", in place" : "") + "\n";
+        const auto hook = [&](const char* event) {
+            return "        on_layer(fw::layer_event::" + std::string(event) + ", " + n + ", \"" + l.module + "\");\n";
+        };
+        text += hook("starts");
         if (std::holds_alternative<flatten_params>(l.params)) {
             text += "        // layer " + n + ", " + l.module + ": flatten, the same bytes\n";
         } else if (std::holds_alternative<firmware::add_params>(l.params)) {
@@ -291,14 +380,18 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             text += std::string("        fw::") + kernel_name(l) + "(detail::layer_" + n + ", " + operand(l.inputs[0]) +
                     ", a + " + place(l.output) + scratch + ");" + comment;
         }
+        text += hook("ends");
     }
     text += "        const std::int8_t* const result = " + operand(g.output) + ";\n"
             "        for (std::size_t i = 0; i < output_size; ++i) output[i] = result[i];\n"
-            "    }\n};\n\n"
+            "    }\n\n"
+            "    static void run(const std::int8_t* input, std::int8_t* output) noexcept { run(input, output, arena); }\n"
+            "};\n\n"
             "static_assert(model::input_size == detail::tensors[detail::input_tensor].bytes() &&\n"
             "              model::output_size == detail::tensors[detail::output_tensor].bytes(),\n"
             "              \"" + ns + ": input or output size differs from the tensor table\");\n\n"
-            "}  // namespace " + ns + "\n";
+            "}  // namespace " + ns + "\n#endif  // __cplusplus\n\n" +
+            c_interface(g, ns, c_name, figures.arena_bytes);
     return text;
 }
 
