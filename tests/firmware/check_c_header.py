@@ -73,8 +73,8 @@ def c_entry_on_host(args, out, expected):
     if not built(linked, "linked with the one C++ file that includes the header"):
         return
     ran = run([program])
-    check(ran.returncode == 0 and ran.stdout == expected,
-          f"the C program on the host prints the host runtime's outputs ({len(ran.stdout)} bytes, exit {ran.returncode})")
+    check(ran.returncode == 0 and ran.stdout == expected, "the C program on the host prints the host runtime's "
+          f"outputs ({len(ran.stdout)} bytes, exit {ran.returncode})")
 
 
 def device_image(args, out, stem, defines):
@@ -149,7 +149,8 @@ def text_bytes(args, obj):
 def callback_is_free(args, out):
     header = Path(args.header).read_text()
     hooks = re.compile(r"^\s*on_layer\(.*\);\n", re.M)
-    check(len(hooks.findall(header)) >= 2, f"the header calls on_layer around its layers ({len(hooks.findall(header))} calls)")
+    calls = len(hooks.findall(header))
+    check(calls >= 2, f"the header calls on_layer around its layers ({calls} calls)")
     bare = out / "without_hooks"
     bare.mkdir(exist_ok=True)
     (bare / Path(args.header).name).write_text(hooks.sub("", header))

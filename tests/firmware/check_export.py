@@ -36,8 +36,8 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "examples/firmware"))
 from fm_cnn import DataFile, normalized, read_idx  # noqa: E402  (the data file and images as the example makes them)
 FIRMWARE_KEYS = ["namespace", "input_layout", "header_bytes", "arena_bytes", "arena_lower_bound_bytes",
-                 "greedy_planner_bytes", "parameter_bytes", "stack_bytes", "compared_samples", "compared_elements", "differing_elements", "max_lsb_diff",
-                 "top1_agreement", "export_seconds"]
+                 "greedy_planner_bytes", "parameter_bytes", "stack_bytes", "compared_samples", "compared_elements",
+                 "differing_elements", "max_lsb_diff", "top1_agreement", "export_seconds"]
 failures = []
 
 
@@ -262,15 +262,16 @@ def channel_last(args, work):
     keys = ["max_lsb_diff", "differing_elements", "top1_agreement", "compared_elements", "arena_bytes", "stack_bytes"]
     check([reports["hwc"][k] for k in keys] == [reports["chw"][k] for k in keys] and
           (reports["chw"]["input_layout"], reports["hwc"]["input_layout"]) == ("chw", "hwc"),
-          f"the channel-last report states the layout and the channel-first one's figures ({[reports['hwc'][k] for k in keys]})")
+          "the channel-last report states the layout and the channel-first one's figures "
+          f"({[reports['hwc'][k] for k in keys]})")
     check("input_channels_last = true" in (work / "separable_hwc.hpp").read_text() and
           "input_channels_last = true" not in (work / "separable_chw.hpp").read_text(),
           "only the channel-last header's first convolution reads its input channel-last")
     defines = ['VERSATIL_PLANAR_HEADER="separable_chw.hpp"', "VERSATIL_PLANAR_NAMESPACE=separable_chw",
                'VERSATIL_INTERLEAVED_HEADER="separable_hwc.hpp"', "VERSATIL_INTERLEAVED_NAMESPACE=separable_hwc"]
     program = work / "channel_last"
-    built = run(args.compiler + ["-std=c++20", "-O1", *[f"-D{d}" for d in defines], "-I", args.include,
-                                 "-I", ROOT / "examples/firmware", "-I", work, HERE / "channel_last.cpp", "-o", program])
+    built = run(args.compiler + ["-std=c++20", "-O1", *[f"-D{d}" for d in defines], "-I", args.include, "-I",
+                                 ROOT / "examples/firmware", "-I", work, HERE / "channel_last.cpp", "-o", program])
     check(built.returncode == 0, "channel_last.cpp builds with the two exported headers" +
           ("" if built.returncode == 0 else ":\n" + built.stderr[-3000:]))
     if built.returncode != 0:
@@ -286,7 +287,8 @@ def channel_last(args, work):
         check(device.returncode == 0, "and under QEMU (DSP and portable), the host's bytes" +
               ("" if device.returncode == 0 else ":\n" + device.stdout[-2000:] + device.stderr[-2000:]))
     refused = run([args.cli, "--model", work / "input_residual.pt", "--data", work / "rgb.data.pt", "--target",
-                   "=cortex_m", "--export", work / "input_residual.hpp", "--export-input-layout", "hwc", "--no-per-layer"])
+                   "=cortex_m", "--export", work / "input_residual.hpp", "--export-input-layout", "hwc",
+                   "--no-per-layer"])
     expected = "is read by layer in the model's own forward (add), which is not a convolution"
     check(refused.returncode == 2 and expected in refused.stderr and not (work / "input_residual.hpp").exists(),
           f"an add reading the input is refused with exit 2 and '{expected}' "

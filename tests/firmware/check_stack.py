@@ -25,7 +25,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import device  # noqa: E402
 
-CONFIGS = [("-Os", []), ("-Os", ["-DVERSATIL_FIRMWARE_PORTABLE"]), ("-O2", []), ("-O2", ["-DVERSATIL_FIRMWARE_PORTABLE"])]
+PORTABLE = ["-DVERSATIL_FIRMWARE_PORTABLE"]
+CONFIGS = [("-Os", []), ("-Os", PORTABLE), ("-O2", []), ("-O2", PORTABLE)]
 failures = []
 LIBRARY = {}  # frames of the C library's leaf functions, by the call graph's name
 
@@ -155,7 +156,8 @@ def models(args, out):
         for level, defines in CONFIGS:
             nodes, edges = compile_graph(args, probe, level, defines, [Path(header).parent], out)
             worst = max(worst, chain_from(nodes, edges, "run_model", unknown))
-        check(not unknown, f"{namespace}: every function run calls has a known frame ({sorted(unknown) or 'none unknown'})")
+        check(not unknown,
+              f"{namespace}: every function run calls has a known frame ({sorted(unknown) or 'none unknown'})")
         check(worst <= stated, f"{namespace}: run's deepest call chain is {worst} B (-Os, -O2, DSP, portable), "
                                f"the header states {stated} B")
         if args.qemu:
@@ -167,7 +169,8 @@ def painted(args, out, header, namespace, stated):
     for level, defines in CONFIGS:
         variant = ("portable" if defines else "dsp") + " " + level
         elf = out / f"stack_paint_{namespace}_{variant.replace(' ', '')}.elf"
-        command = [args.compiler, *[f for f in device.FLAGS if f != "-Os"], level, *defines, "-DVERSATIL_BOARD_MPS2_AN386",
+        command = [args.compiler, *[f for f in device.FLAGS if f != "-Os"], level, *defines,
+                   "-DVERSATIL_BOARD_MPS2_AN386",
                    f'-DVERSATIL_MODEL_HEADER="{Path(header).name}"', f"-DVERSATIL_MODEL_NAMESPACE={namespace}",
                    "-I", Path(args.root) / "include", "-I", Path(args.root) / "examples/firmware",
                    "-I", Path(header).parent, "-nostartfiles", "-T", board / "mps2_an386.ld", "-Wl,--gc-sections",

@@ -204,7 +204,8 @@ TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API 
                              "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
                              "                    OnLayer&& on_layer = {}) noexcept",
                              "on_layer(fw::layer_event::starts, 0, \"features.0\");",
-                             "void vendor_fm_run(const int8_t* input, int8_t* output);", "#define VENDOR_FM_INPUT_SIZE 784\n",
+                             "void vendor_fm_run(const int8_t* input, int8_t* output);",
+                             "#define VENDOR_FM_INPUT_SIZE 784\n",
                              "#define VENDOR_FM_OUTPUT_SIZE 10\n", "#ifndef VERSATIL_WEIGHTS_SECTION\n",
                              "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr std::int8_t weights_0[]",
                              "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[",
@@ -224,8 +225,8 @@ TEST_CASE("lower with a channel-last input: the first convolution gathers it; ot
     for (int n = 0; n < 20; ++n) {
         std::vector<std::int8_t> image(3 * 28 * 28), transposed(image.size());
         for (auto& x : image) x = static_cast<std::int8_t>(random() % 256);
-        for (int c = 0; c < 3; ++c)
-            for (int i = 0; i < 28 * 28; ++i) transposed[static_cast<std::size_t>(i * 3 + c)] = image[static_cast<std::size_t>(c * 28 * 28 + i)];
+        for (std::size_t c = 0; c < 3; ++c)
+            for (std::size_t i = 0; i < 28 * 28; ++i) transposed[i * 3 + c] = image[c * 28 * 28 + i];
         REQUIRE(run_on_host(interleaved, transposed) == run_on_host(planar, image));
     }
 

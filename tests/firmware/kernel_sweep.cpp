@@ -187,9 +187,10 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         packed_q.weights = packed + misalign;
         fw::conv2d_im2col(packed_q, input2 + misalign, fast_output + misalign, scratch + misalign);
         mismatches += compare_fast("conv2d_im2col", n, misalign, p.output.elements());
-        mismatches += channel_last_mismatch("conv2d_im2col", n, packed_q, [](const auto& k, const std::int8_t* i, std::int8_t* o) {
-            fw::conv2d_im2col(k, i, o, scratch + 1);
-        });
+        mismatches += channel_last_mismatch("conv2d_im2col", n, packed_q,
+                                            [](const auto& k, const std::int8_t* i, std::int8_t* o) {
+                                                fw::conv2d_im2col(k, i, o, scratch + 1);
+                                            });
         if (fw::depthwise_conv2d_3x3_applies(q)) {
             fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign, scratch + misalign);
             mismatches += compare_fast("depthwise_conv2d_3x3", n, misalign, p.output.elements());

@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
             exported = export_firmware(in.model, result.model,
                                        in.data.evaluation.empty() ? in.data.calibration : in.data.evaluation,
                                        namespace_name,
-                                       export_input_layout == "hwc" ? codegen::input_layout::hwc : codegen::input_layout::chw);
+                                       export_input_layout == "hwc" ? codegen::input_layout::hwc
+                                                                    : codegen::input_layout::chw);
             result.report.firmware = exported->report;
         }
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),

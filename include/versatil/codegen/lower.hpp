@@ -169,9 +169,10 @@ inline firmware::activation_range* range_of(layer_params& params) {
 inline void read_channel_last(lowered_layer& layer) {
     auto* conv = std::get_if<firmware::conv2d_params>(&layer.params);
     if (conv == nullptr)
-        throw std::invalid_argument("versatil::codegen::lower: a channel-last input (--export-input-layout hwc) is read by "
-                                    "layer " + (layer.module.empty() ? "in the model's own forward" : "'" + layer.module + "'") +
-                                    " (" + std::string(op_kind_name(layer.source)) +
+        throw std::invalid_argument(
+            "versatil::codegen::lower: a channel-last input (--export-input-layout hwc) is read by layer " +
+            (layer.module.empty() ? "in the model's own forward" : "'" + layer.module + "'") + " (" +
+            std::string(op_kind_name(layer.source)) +
                                     "), which is not a convolution: only a convolution reads that layout in place "
                                     "(export with the channel-first input, or start the model with a conv2d)");
     conv->input_channels_last = true;
@@ -186,6 +187,7 @@ inline lowered_graph lower(const integer_graph& graph, input_layout layout = inp
     for (const integer_op& op : graph.ops)
         for (int t : op.inputs) ++readers[static_cast<std::size_t>(t)];
 
+    const int input_plane = to_firmware(graph.tensors[static_cast<std::size_t>(graph.input)].shape).plane();
     // Lowered layers still in the graph's tensor indices; fused clamps leave no layer.
     std::vector<lowered_layer> layers;
     std::vector<int> producer(tensor_count, -1);  // the lowered layer writing each tensor
@@ -241,7 +243,7 @@ inline lowered_graph lower(const integer_graph& graph, input_layout layout = inp
                 break;
         }
         // Channel-last and channel-first are the same bytes when the input has no plane.
-        if (layout == input_layout::hwc && to_firmware(graph.tensors[static_cast<std::size_t>(graph.input)].shape).plane() > 1 &&
+        if (layout == input_layout::hwc && input_plane > 1 &&
             std::find(op.inputs.begin(), op.inputs.end(), graph.input) != op.inputs.end())
             detail::read_channel_last(layer);
         producer[static_cast<std::size_t>(op.output)] = static_cast<int>(layers.size());

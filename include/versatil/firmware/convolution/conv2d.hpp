@@ -94,7 +94,8 @@ inline void conv2d(const conv2d_params& p, const std::int8_t* input, std::int8_t
                         const std::int8_t* a;
                         std::int32_t wa;
                         row(r, kx, a, wa);
-                        accumulate(acc + ox.begin, ox.end - ox.begin, a + first_column, column_step, wa, p.input_offset);
+                        accumulate(acc + ox.begin, ox.end - ox.begin, a + first_column, column_step, wa,
+                                   p.input_offset);
                     }
                 }
                 std::int8_t* out = output + (oc * p.output.height + oy) * p.output.width + ox0;

@@ -142,8 +142,9 @@ VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t
                 }
                 const std::int8_t* x = group_input + ((iy0 + ky * p.win.dilation_h) * step.row +
                                                       (ix0 + kx * p.win.dilation_w) * step.column);
-                for (int c = 0; c < channels; c += 4, at += 16, x += 4 * step.channel) {
-                    const std::int32_t x0 = x[0], x1 = x[step.channel], x2 = x[2 * step.channel], x3 = x[3 * step.channel];
+                const int s = step.channel;
+                for (int c = 0; c < channels; c += 4, at += 16, x += 4 * s) {
+                    const std::int32_t x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s];
                     simd::store4(at, simd::add_pairs(simd::make_pair(x0, x1), offsets));
                     simd::store4(at + 4, simd::add_pairs(simd::make_pair(x2, x3), offsets));
                 }
