@@ -197,9 +197,9 @@ inline std::string upper(std::string text) {
 inline std::string usage_and_placement(const std::string& ns, const std::string& c_name) {
     return "//\n"
            "// C++: " + ns + "::model::run(input, output, arena[, on_layer]) with the caller's arena of\n"
-           "// model::arena_bytes, or run(input, output) in the header's own (" + ns + "::arena). on_layer, if\n"
-           "// given, is called as on_layer(event, layer, module) before and after each layer\n"
-           "// (versatil/firmware/layer_callback.hpp); without it the calls compile to nothing.\n"
+           "// model::arena_bytes, or run(input, output) in the header's own (" + ns + "::arena: one call at a\n"
+           "// time). on_layer, if given, is called as on_layer(event, layer, module) before and after each\n"
+           "// layer (versatil/firmware/layer_callback.hpp); without it the calls compile to nothing.\n"
            "// C (this file also compiles as C, where it declares only this): " + c_name + "_run(input, output)\n"
            "// runs in the header's arena, " + c_name + "_run_in_arena(input, output, arena) in the caller's, of\n"
            "// " + upper(c_name) + "_ARENA_BYTES; no heap, no exception. Exactly one C++ file defines them: it\n"
