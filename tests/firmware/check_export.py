@@ -5,7 +5,8 @@ it (--export); the exported header's runtime, built for this host with examples/
 must agree with LibTorch's quantized model on every test image (top-1 on at least --min-top1 of
 them, every int8 output within --max-lsb), as computed here from both sides' raw outputs, and the
 report's firmware section must state the same figures; the header must compile with its figures. Then the refusals: an op
-firmware cannot run, a CPU target and a bad namespace exit 2 and leave no output behind.
+firmware cannot run, a CPU target and a bad namespace exit 2 and leave no output behind; and
+--export-input-layout hwc (channel_last).
 Needs Debian's python3-torch (/usr/bin/python3).
 
 With --device-compiler, the proof on a device (issue 11, item 6): examples/firmware/classify.cpp
@@ -34,9 +35,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "examples/firmware"))
 from fm_cnn import DataFile, normalized, read_idx  # noqa: E402  (the data file and images as the example makes them)
-FIRMWARE_KEYS = ["namespace", "header_bytes", "arena_bytes", "arena_lower_bound_bytes", "greedy_planner_bytes",
-                 "parameter_bytes", "compared_samples", "compared_elements", "differing_elements", "max_lsb_diff",
-                 "top1_agreement", "export_seconds"]
+FIRMWARE_KEYS = ["namespace", "input_layout", "header_bytes", "arena_bytes", "arena_lower_bound_bytes",
+                 "greedy_planner_bytes", "parameter_bytes", "stack_bytes", "compared_samples", "compared_elements",
+                 "differing_elements", "max_lsb_diff", "top1_agreement", "export_seconds"]
 failures = []
 
 
@@ -95,6 +96,7 @@ static_assert(fm_cnn::model::arena_bytes == {firmware['arena_bytes']});
 static_assert(fm_cnn::model::arena_lower_bound_bytes == {firmware['arena_lower_bound_bytes']});
 static_assert(fm_cnn::model::greedy_planner_bytes == {firmware['greedy_planner_bytes']});
 static_assert(fm_cnn::model::parameter_bytes == {firmware['parameter_bytes']});
+static_assert(fm_cnn::model::stack_bytes == {firmware['stack_bytes']});
 static_assert(fm_cnn::model::arena_bytes <= 32 * 1024);
 """)
     compiled = run(args.compiler + ["-std=c++20", "-fsyntax-only", "-I", args.include, "-I", work, probe])
@@ -238,6 +240,61 @@ def refusals(args, work):
               "no output written, no temporary left")
 
 
+def channel_last(args, work):
+    """--export-input-layout hwc: the Separable model (3x32x32 images) exported channel-first and
+    channel-last; the channel-last header on each image transposed must give the channel-first
+    header's bytes (channel_last.cpp, on the host and, with the device compiler, under QEMU),
+    so the report compares the same outputs with LibTorch; a model whose input an add reads is
+    refused."""
+    torch.manual_seed(1)
+    images = torch.randn(24, 3, 32, 32)
+    torch.jit.save(torch.jit.script(DataFile({"calib": images, "test": images[:8]})), str(work / "rgb.data.pt"))
+    reports = {}
+    for layout in ("chw", "hwc"):
+        exported = run([args.cli, "--model", work / "separable.pt", "--data", work / "rgb.data.pt", "--target",
+                        "=cortex_m", "--export", work / f"separable_{layout}.hpp", "--export-input-layout", layout,
+                        "--report", work / f"separable_{layout}.json", "--no-per-layer"])
+        check(exported.returncode == 0, f"--export-input-layout {layout} exports the Separable model" +
+              ("" if exported.returncode == 0 else ": " + exported.stderr[-2000:]))
+        if exported.returncode != 0:
+            return
+        reports[layout] = json.loads((work / f"separable_{layout}.json").read_text())["firmware"]
+    keys = ["max_lsb_diff", "differing_elements", "top1_agreement", "compared_elements", "arena_bytes", "stack_bytes"]
+    check([reports["hwc"][k] for k in keys] == [reports["chw"][k] for k in keys] and
+          (reports["chw"]["input_layout"], reports["hwc"]["input_layout"]) == ("chw", "hwc"),
+          "the channel-last report states the layout and the channel-first one's figures "
+          f"({[reports['hwc'][k] for k in keys]})")
+    check("input_channels_last = true" in (work / "separable_hwc.hpp").read_text() and
+          "input_channels_last = true" not in (work / "separable_chw.hpp").read_text(),
+          "only the channel-last header's first convolution reads its input channel-last")
+    defines = ['VERSATIL_PLANAR_HEADER="separable_chw.hpp"', "VERSATIL_PLANAR_NAMESPACE=separable_chw",
+               'VERSATIL_INTERLEAVED_HEADER="separable_hwc.hpp"', "VERSATIL_INTERLEAVED_NAMESPACE=separable_hwc"]
+    program = work / "channel_last"
+    built = run(args.compiler + ["-std=c++20", "-O1", *[f"-D{d}" for d in defines], "-I", args.include, "-I",
+                                 ROOT / "examples/firmware", "-I", work, HERE / "channel_last.cpp", "-o", program])
+    check(built.returncode == 0, "channel_last.cpp builds with the two exported headers" +
+          ("" if built.returncode == 0 else ":\n" + built.stderr[-3000:]))
+    if built.returncode != 0:
+        return
+    ran = run([program])
+    check(ran.returncode == 0, "on the host the channel-last header gives the channel-first one's bytes: " +
+          ran.stdout.strip().splitlines()[-1])
+    if args.device_compiler:
+        device = run([sys.executable, HERE / "device.py", "--compiler", args.device_compiler, "--root", ROOT,
+                      "--source", HERE / "channel_last.cpp", "--host-program", program,
+                      *[a for d in defines for a in ("--define", d)], "--include-dir", work,
+                      "--build-dir", work / "device_channel_last"])
+        check(device.returncode == 0, "and under QEMU (DSP and portable), the host's bytes" +
+              ("" if device.returncode == 0 else ":\n" + device.stdout[-2000:] + device.stderr[-2000:]))
+    refused = run([args.cli, "--model", work / "input_residual.pt", "--data", work / "rgb.data.pt", "--target",
+                   "=cortex_m", "--export", work / "input_residual.hpp", "--export-input-layout", "hwc",
+                   "--no-per-layer"])
+    expected = "is read by layer in the model's own forward (add), which is not a convolution"
+    check(refused.returncode == 2 and expected in refused.stderr and not (work / "input_residual.hpp").exists(),
+          f"an add reading the input is refused with exit 2 and '{expected}' "
+          f"(exit {refused.returncode}: {refused.stderr.strip()[-300:]})")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cli", required=True)
@@ -256,6 +313,7 @@ def main():
             device_proof(args, work)
         (Path(scratch) / "refusals").mkdir()
         refusals(args, Path(scratch) / "refusals")
+        channel_last(args, Path(scratch) / "refusals")
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
 

@@ -9,7 +9,8 @@ With --device: run_samples.cpp with the exported header and the first --samples 
 (int8, quantized as LibTorch's quantized model quantizes its input), built for the host and for
 the MPS2 AN386 board (Cortex-M4) by device.py, which runs QEMU, requires the host's bytes and
 refuses malloc/free/new/__cxa_throw; then every sample's top-1 on the device must equal LibTorch's
-quantized model's, and every int8 output must be within --max-lsb of LibTorch's. Without
+quantized model's, and every int8 output must be within --max-lsb of LibTorch's, and run's stack,
+compiled and painted on the board, within the header's model::stack_bytes (check_stack.py). Without
 arm-none-eabi-g++ or qemu-system-arm the device run exits 77, which meson counts as skipped.
 
   check_mlperf_tiny.py --cli versatil-quantize --include DIR --compiler c++ [--max-lsb N]
@@ -148,6 +149,13 @@ def device_run(args, name, work, report):
           "allocation or exception symbol linked" + ("" if device.returncode == 0 else ":\n" + device.stderr[-2000:]))
     if device.returncode != 0:
         return
+    # The header's stack figure against the model's run compiled four ways and painted under QEMU.
+    stack = run([sys.executable, HERE / "check_stack.py", "--compiler", args.device_compiler, "--root", ROOT,
+                 "--build-dir", model_dir / "stack", "--header", f"{model_dir / name}.hpp:{name}", "--qemu",
+                 "--models-only"], timeout=900)
+    print("\n".join(line for line in stack.stdout.splitlines() if "stack" in line))
+    check(stack.returncode == 0, f"{name}: run's stack stays within model::stack_bytes (call graph and painted)" +
+          ("" if stack.returncode == 0 else ":\n" + stack.stdout[-2000:] + stack.stderr[-1000:]))
     variant = args.variants.split(",")[0]
     text = (model_dir / "device" / f"{variant}.out").read_text().splitlines()
     device_top1, device_out, current = [], [], None

@@ -201,10 +201,47 @@ TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API 
     const std::string text = header_for(g, "vendor::fm");
     for (const char* part : {"namespace vendor::fm {", "struct model {", "static constexpr std::size_t input_size = 784;",
                              "static constexpr std::size_t output_size = 10;", "arena_bytes = detail::plan.figures.arena_bytes",
-                             "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena) noexcept",
+                             "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
+                             "                    OnLayer&& on_layer = {}) noexcept",
+                             "on_layer(fw::layer_event::starts, 0, \"features.0\");",
+                             "void vendor_fm_run(const int8_t* input, int8_t* output);",
+                             "#define VENDOR_FM_INPUT_SIZE 784\n",
+                             "#define VENDOR_FM_OUTPUT_SIZE 10\n", "#ifndef VERSATIL_WEIGHTS_SECTION\n",
+                             "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr std::int8_t weights_0[]",
+                             "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[",
                              "inline constexpr auto plan = fw::plan_arena(tensors, layers, input_tensor, output_tensor);",
                              "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
                              "fw::depthwise_conv2d_3x3(detail::layer_2, a + plan.tensors[", "fw::conv2d_im2col(detail::layer_0, ",
                              "fw::linear_blocked(detail::layer_", "kernel conv2d_im2col, weights in its order", ", in place\n"})
         CHECK_MESSAGE(text.find(part) != std::string::npos, part);
+}
+
+TEST_CASE("lower with a channel-last input: the first convolution gathers it; other first layers are refused") {
+    const integer_graph g = synthetic::graph(4, 3);  // a 3-channel 28x28 image
+    const lowered_graph planar = lower(g), interleaved = lower(g, input_layout::hwc);
+    CHECK(std::get<fw::conv2d_params>(interleaved.layers[0].params).input_channels_last);
+    CHECK_FALSE(std::get<fw::conv2d_params>(interleaved.layers[2].params).input_channels_last);  // reads no input
+    std::mt19937 random(5);
+    for (int n = 0; n < 20; ++n) {
+        std::vector<std::int8_t> image(3 * 28 * 28), transposed(image.size());
+        for (auto& x : image) x = static_cast<std::int8_t>(random() % 256);
+        for (std::size_t c = 0; c < 3; ++c)
+            for (std::size_t i = 0; i < 28 * 28; ++i) transposed[i * 3 + c] = image[c * 28 * 28 + i];
+        REQUIRE(run_on_host(interleaved, transposed) == run_on_host(planar, image));
+    }
+
+    synthetic::builder pooled(6);
+    pooled.graph.input = pooled.tensor({3, 8, 8}, 0.02, 0);
+    const int x = pooled.pool(op_kind::max_pool2d, "stem.pool", pooled.graph.input, {2, 2, 2, 2, 0, 0, 1, 1});
+    pooled.graph.output = pooled.conv("stem.conv", x, 4, {1, 1, 1, 1, 0, 0, 1, 1}, 1, false);
+    CHECK_NOTHROW(lower(pooled.graph));
+    CHECK_THROWS_WITH_AS(lower(pooled.graph, input_layout::hwc),
+                         doctest::Contains("is read by layer 'stem.pool' (max_pool2d), which is not a convolution"),
+                         std::invalid_argument);
+
+    // An input without a plane (a row of features) is the same bytes in either layout.
+    synthetic::builder rows(7);
+    rows.graph.input = rows.tensor({20, 1, 1}, 0.02, 0);
+    rows.graph.output = rows.linear("fc", rows.graph.input, 4);
+    CHECK_NOTHROW(lower(rows.graph, input_layout::hwc));
 }

@@ -95,7 +95,7 @@ def runtime_code(rows):
     """Code of the runtime: functions (t/T/W) of versatil::firmware and versatil::math and each model::run."""
     code = {}
     for size, kind, name in rows:
-        if kind.lower() in ("t", "w") and (name.startswith("versatil::") or "::model::run(" in name):
+        if kind.lower() in ("t", "w") and (name.startswith("versatil::") or re.search(r"::model::run[(<]", name)):
             code[name] = size
     return code
 

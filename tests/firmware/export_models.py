@@ -13,6 +13,9 @@ python3-torch (/usr/bin/python3).
 - mlp.pt: [N, 20] -> 4. Linear, relu, linear: a model of rows, not images.
 - gate.pt: a conv followed by nn.Sigmoid (module 'act'), which firmware has no kernel for.
 - encoder.pt: rows of 8 tokens x 16 features through nn.TransformerEncoderLayer ('encoder').
+- input_residual.pt: [N, 3, 32, 32] -> 3. A conv whose output is added to the input itself: the
+  add reads the input, so --export-input-layout hwc refuses it (only a convolution reads a
+  channel-last input in place).
 """
 import sys
 from pathlib import Path
@@ -105,6 +108,16 @@ class Encoder(nn.Module):
         return self.head(self.encoder(self.embed(x)).mean(1))
 
 
+class InputResidual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.head = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        return torch.flatten(self.head(torch.relu(self.conv(x) + x)), 1)
+
+
 def settle_batch_norm(model, inputs):
     """Batch-norm statistics as after training (random ones would make layers near zero)."""
     model.train()
@@ -120,7 +133,8 @@ def main():
     torch.manual_seed(0)
     separable = Separable()
     settle_batch_norm(separable, torch.randn(32, 3, 32, 32))
-    models = [("separable", separable), ("pooled", Pooled()), ("mlp", MLP()), ("gate", Gate()), ("encoder", Encoder())]
+    models = [("separable", separable), ("pooled", Pooled()), ("mlp", MLP()), ("gate", Gate()), ("encoder", Encoder()),
+              ("input_residual", InputResidual())]
     for name, model in models:
         model.eval()
         torch.jit.save(torch.jit.script(model), str(out / f"{name}.pt"))

@@ -6,7 +6,10 @@
 // Each fast kernel (conv2d_im2col, depthwise_conv2d_3x3, linear_blocked) runs on every case
 // it takes, from misaligned buffers, and must give the reference kernel's bytes ("fast
 // mismatch" otherwise). Windowed kernels also run in place at their in_place_lag and must
-// match their own out-of-place result ("in-place mismatch" otherwise).
+// match their own out-of-place result ("in-place mismatch" otherwise). The convolutions also
+// read the input transposed to (height, width, channels) with input_channels_last (a model's
+// first layer exported with --export-input-layout hwc) and must give the same bytes
+// ("channel-last mismatch" otherwise).
 #include <cstddef>
 #include <cstdint>
 
@@ -33,7 +36,7 @@ struct random_bits {
 constexpr std::size_t buffer_bytes = 12 * 1024;
 std::int8_t input[buffer_bytes + 4], input2[buffer_bytes], weights[buffer_bytes + 4], output[buffer_bytes];
 std::int8_t fast_output[buffer_bytes + 4], scratch[buffer_bytes + 4], packed[buffer_bytes + 4];
-std::int8_t arena[2 * buffer_bytes];
+std::int8_t arena[2 * buffer_bytes], channels_last[buffer_bytes + 4];
 std::int32_t bias[256];
 fixed_point_multiplier multipliers[256];
 
@@ -95,6 +98,27 @@ void report(const char* kernel, int index, const std::int8_t* out, int count, bo
 
 int fast_cases = 0;  // cases a fast kernel took
 
+// `input` (channels, height, width) as (height, width, channels) at channels_last + misalign.
+void transpose_input(const fw::shape& s, int misalign) noexcept {
+    for (int c = 0; c < s.channels; ++c)
+        for (int i = 0; i < s.plane(); ++i) channels_last[misalign + i * s.channels + c] = input[c * s.plane() + i];
+}
+
+// The kernel on the channel-last input against the reference output.
+template <class Kernel>
+int channel_last_mismatch(const char* kernel, int index, fw::conv2d_params p, Kernel run) {
+    p.input_channels_last = true;
+    const int misalign = index % 4;
+    transpose_input(p.input, misalign);
+    run(p, channels_last + misalign, fast_output);
+    for (int i = 0; i < p.output.elements(); ++i)
+        if (fast_output[i] != output[i]) {
+            console::line() << kernel << " " << index << " channel-last mismatch\n";
+            return 1;
+        }
+    return 0;
+}
+
 bool same_bytes(const std::int8_t* a, const std::int8_t* b, int count) noexcept {
     for (int i = 0; i < count; ++i)
         if (a[i] != b[i]) return false;
@@ -145,6 +169,9 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         const bool ok = !depthwise || in_place_matches(p, p.output.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::conv2d(q, i, o); });
         mismatches += ok ? 0 : 1;
         report("conv2d", n, output, p.output.elements(), ok);
+        mismatches += channel_last_mismatch("conv2d", n, p, [](const auto& q, const std::int8_t* i, std::int8_t* o) {
+            fw::conv2d(q, i, o);
+        });
 
         // The fast kernels read the same input and weights from other alignments.
         const int misalign = r.between(0, 3);
@@ -160,6 +187,10 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         packed_q.weights = packed + misalign;
         fw::conv2d_im2col(packed_q, input2 + misalign, fast_output + misalign, scratch + misalign);
         mismatches += compare_fast("conv2d_im2col", n, misalign, p.output.elements());
+        mismatches += channel_last_mismatch("conv2d_im2col", n, packed_q,
+                                            [](const auto& k, const std::int8_t* i, std::int8_t* o) {
+                                                fw::conv2d_im2col(k, i, o, scratch + 1);
+                                            });
         if (fw::depthwise_conv2d_3x3_applies(q)) {
             fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign, scratch + misalign);
             mismatches += compare_fast("depthwise_conv2d_3x3", n, misalign, p.output.elements());

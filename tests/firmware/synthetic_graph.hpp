@@ -127,10 +127,11 @@ private:
     std::mt19937 random_;
 };
 
-inline integer_graph graph(unsigned seed) {
+// `input_channels` other than 1: the same graph on a colour image (the channel-last input tests).
+inline integer_graph graph(unsigned seed, int input_channels = 1) {
     builder b(seed);
     // Fashion-MNIST's normalised pixels, (p / 255 - 0.2860) / 0.3530, span about [-0.81, 2.02].
-    const int input = b.tensor({1, 28, 28}, 2.83 / 255.0, -57);
+    const int input = b.tensor({input_channels, 28, 28}, 2.83 / 255.0, -57);
     b.graph.input = input;
     int x = b.conv("features.0", input, 8, {3, 3, 1, 1, 1, 1, 1, 1}, 1, true);
     x = b.pool(op_kind::max_pool2d, "features.2", x, {2, 2, 2, 2, 0, 0, 1, 1});                    // {8, 14, 14}

@@ -2,7 +2,8 @@
 // did, save the result.
 //
 //   versatil-quantize [--model M.pt] [--data D.pt] [--target PATH=BACKEND[:OPT[,OPT]]]...
-//                     [--out Q.pt] [--report R.json] [--export H.hpp [--export-namespace NAME]]
+//                     [--out Q.pt] [--report R.json]
+//                     [--export H.hpp [--export-namespace NAME] [--export-input-layout chw|hwc]]
 //                     [--batch N] [--threads N]
 //                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer]
 //                     [--per-layer-samples N] [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
@@ -128,6 +129,12 @@ int main(int argc, char** argv) {
     app.add_option("--export-namespace", export_namespace_name,
                    "the header's namespace (default: the header file's name without .hpp)")
         ->needs("--export");
+    std::string export_input_layout = "chw";
+    app.add_option("--export-input-layout", export_input_layout,
+                   "the order of the header's input levels: chw (default) or hwc, channel-last as cameras deliver "
+                   "them, read in place by the first convolution")
+        ->check(CLI::IsMember({"chw", "hwc"}))
+        ->needs("--export");
     auto* batch_option =
         app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat; per process across processes)")
             ->check(CLI::PositiveNumber);
@@ -247,7 +254,9 @@ int main(int argc, char** argv) {
         if (export_path) {
             exported = export_firmware(in.model, result.model,
                                        in.data.evaluation.empty() ? in.data.calibration : in.data.evaluation,
-                                       namespace_name);
+                                       namespace_name,
+                                       export_input_layout == "hwc" ? codegen::input_layout::hwc
+                                                                    : codegen::input_layout::chw);
             result.report.firmware = exported->report;
         }
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),

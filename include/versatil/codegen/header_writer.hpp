@@ -6,6 +6,7 @@
 // per layer, so the compiler instantiates only the kernels the model uses.
 #pragma once
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "versatil/codegen/figures.hpp"
 #include "versatil/codegen/integer_graph.hpp"
 #include "versatil/codegen/lower.hpp"
+#include "versatil/codegen/stack_use.hpp"
 
 namespace versatil::codegen {
 
@@ -89,6 +91,15 @@ inline const char* kernel_name(const lowered_layer& layer) {
     return names[layer.params.index()];
 }
 
+// The worst stack use of run on a Cortex-M4 (stack_use.hpp): its frame and its deepest kernel.
+inline std::size_t run_stack_bytes(const lowered_graph& g) {
+    std::size_t deepest = 0;
+    for (const lowered_layer& layer : g.layers)
+        if (!std::holds_alternative<flatten_params>(layer.params))  // a view: no call
+            deepest = std::max(deepest, kernel_stack_bytes(kernel_name(layer)));
+    return run_frame_stack_bytes + deepest;
+}
+
 inline bool overlaps(const firmware::placement& a, std::size_t a_bytes, const firmware::placement& b, std::size_t b_bytes) {
     return a.external == b.external && a.offset < b.offset + b_bytes && b.offset < a.offset + a_bytes;
 }
@@ -105,14 +116,15 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
                 (layer.kernel == firmware::conv2d_kernel::conv2d_im2col ? ", weights in its order" : "");
     text += "\n";
     const std::string bias = layer.bias.empty() ? "nullptr" : "bias_" + n;
+    const std::string parameters = "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr ";
     if (!layer.weights.empty())
-        text += "inline constexpr std::int8_t weights_" + n + "[] = " +
+        text += parameters + "std::int8_t weights_" + n + "[] = " +
                 array_literal(layer.weights, 24, [](std::int8_t w) { return std::to_string(w); }) + ";\n";
     if (!layer.bias.empty())
-        text += "inline constexpr std::int32_t bias_" + n + "[] = " +
+        text += parameters + "std::int32_t bias_" + n + "[] = " +
                 array_literal(layer.bias, 8, [](std::int32_t b) { return std::to_string(b); }) + ";\n";
     if (!layer.multipliers.empty())
-        text += "inline constexpr versatil::math::fixed_point_multiplier multipliers_" + n + "[] = " +
+        text += parameters + "versatil::math::fixed_point_multiplier multipliers_" + n + "[] = " +
                 array_literal(layer.multipliers, 4, multiplier_literal) + ";\n";
     text += std::visit(
         [&](const auto& p) -> std::string {
@@ -124,7 +136,8 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
                        ", .groups = " + std::to_string(p.groups) + ",\n    .input_offset = " +
                        std::to_string(p.input_offset) + ", .output_offset = " + std::to_string(p.output_offset) +
                        ", .range = " + range_literal(p.range) + ",\n    .weights = weights_" + n + ", .bias = " + bias +
-                       ", .multipliers = multipliers_" + n + "};\n";
+                       ", .multipliers = multipliers_" + n +
+                       (p.input_channels_last ? ", .input_channels_last = true" : "") + "};\n";
             else if constexpr (std::is_same_v<P, firmware::linear_params>)
                 return head + "linear_params layer_" + n + "{.in_features = " + std::to_string(p.in_features) +
                        ", .out_features = " + std::to_string(p.out_features) + ",\n    .input_offset = " +
@@ -160,7 +173,87 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
     return text;
 }
 
+// The C names of a namespace: "models::fm" gives functions models_fm_run and macros MODELS_FM_*.
+inline std::string c_prefix(std::string_view namespace_name) {
+    std::string prefix;
+    for (std::size_t i = 0; i < namespace_name.size(); ++i) {
+        if (namespace_name.substr(i, 2) == "::") {
+            prefix += '_';
+            ++i;
+        } else {
+            prefix += namespace_name[i];
+        }
+    }
+    return prefix;
+}
+
+inline std::string upper(std::string text) {
+    for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return text;
+}
+
+// What the header says of its use, and the placement macros' defaults (empty: where the
+// compiler puts them).
+inline std::string usage_and_placement(const std::string& ns, const std::string& c_name) {
+    return "//\n"
+           "// C++: " + ns + "::model::run(input, output, arena[, on_layer]) with the caller's arena of\n"
+           "// model::arena_bytes, or run(input, output) in the header's own (" + ns + "::arena: one call at a\n"
+           "// time). on_layer, if given, is called as on_layer(event, layer, module) before and after each\n"
+           "// layer (versatil/firmware/layer_callback.hpp); without it the calls compile to nothing.\n"
+           "// C (this file also compiles as C, where it declares only this): " + c_name + "_run(input, output)\n"
+           "// runs in the header's arena, " + c_name + "_run_in_arena(input, output, arena) in the caller's, of\n"
+           "// " + upper(c_name) + "_ARENA_BYTES; no heap, no exception. Exactly one C++ file defines them: it\n"
+           "// defines VERSATIL_C_ENTRY_POINTS before it includes this header.\n"
+           "// Placement: define any of these before including the header (each defaults to empty):\n"
+           "//   VERSATIL_WEIGHTS_SECTION  the parameter arrays' (weights, biases, multipliers) section,\n"
+           "//                             e.g. __attribute__((section(\".model_weights\")))\n"
+           "//   VERSATIL_WEIGHTS_ALIGN    their alignment, e.g. alignas(16)\n"
+           "//   VERSATIL_ARENA_SECTION    the header's arena's section,\n"
+           "//                             e.g. __attribute__((section(\".model_arena\")))\n"
+           "//   VERSATIL_ARENA_ALIGN      its alignment, e.g. alignas(16)\n"
+           "#pragma once\n\n"
+           "#ifndef VERSATIL_WEIGHTS_SECTION\n#define VERSATIL_WEIGHTS_SECTION\n#endif\n"
+           "#ifndef VERSATIL_WEIGHTS_ALIGN\n#define VERSATIL_WEIGHTS_ALIGN\n#endif\n"
+           "#ifndef VERSATIL_ARENA_SECTION\n#define VERSATIL_ARENA_SECTION\n#endif\n"
+           "#ifndef VERSATIL_ARENA_ALIGN\n#define VERSATIL_ARENA_ALIGN\n#endif\n\n";
+}
+
+// The C part: sizes and quantization as macros, the entry points' declarations, and (in the
+// one C++ file that asks for them) their definitions.
+inline std::string c_interface(const lowered_graph& g, const std::string& ns, const std::string& c_name,
+                               std::size_t arena_bytes) {
+    const std::string macro = upper(c_name);
+    const firmware::shape in_shape = g.tensors[static_cast<std::size_t>(g.input)];
+    const firmware::shape out_shape = g.tensors[static_cast<std::size_t>(g.output)];
+    return "/* The C interface: " + macro + "_INPUT_SIZE int8 levels in, " + macro + "_OUTPUT_SIZE out. */\n"
+           "#include <stdint.h>\n\n"
+           "#define " + macro + "_INPUT_SIZE " + std::to_string(in_shape.bytes()) + "\n"
+           "#define " + macro + "_OUTPUT_SIZE " + std::to_string(out_shape.bytes()) + "\n"
+           "#define " + macro + "_ARENA_BYTES " + std::to_string(arena_bytes) + "\n"
+           "#define " + macro + "_INPUT_SCALE " + number(g.input_scale) + "\n"
+           "#define " + macro + "_INPUT_ZERO_POINT (" + std::to_string(g.input_zero_point) + ")\n"
+           "#define " + macro + "_OUTPUT_SCALE " + number(g.output_scale) + "\n"
+           "#define " + macro + "_OUTPUT_ZERO_POINT (" + std::to_string(g.output_zero_point) + ")\n\n"
+           "#ifdef __cplusplus\n"
+           "static_assert(" + macro + "_INPUT_SIZE == " + ns + "::model::input_size &&\n              " + macro +
+           "_OUTPUT_SIZE == " + ns + "::model::output_size &&\n              " + macro + "_ARENA_BYTES == " + ns +
+           "::model::arena_bytes, \"" + ns + ": the C sizes differ from the model's\");\n"
+           "extern \"C\" {\n#endif\n"
+           "void " + c_name + "_run(const int8_t* input, int8_t* output);\n"
+           "void " + c_name + "_run_in_arena(const int8_t* input, int8_t* output, void* arena);\n"
+           "#ifdef __cplusplus\n}\n#endif\n\n"
+           "#if defined(__cplusplus) && defined(VERSATIL_C_ENTRY_POINTS)\n"
+           "extern \"C\" void " + c_name + "_run(const int8_t* input, int8_t* output) { " + ns +
+           "::model::run(input, output); }\n"
+           "extern \"C\" void " + c_name + "_run_in_arena(const int8_t* input, int8_t* output, void* arena) {\n"
+           "    " + ns + "::model::run(input, output, static_cast<std::byte*>(arena));\n}\n"
+           "#endif\n";
+}
+
 }  // namespace detail
+
+// The worst stack use of the exported run on a Cortex-M4, as the header states it (model::stack_bytes).
+inline std::size_t stack_bytes(const lowered_graph& g) { return detail::run_stack_bytes(g); }
 
 // Throws std::invalid_argument unless `name` can name the exported header's namespace: "fm"
 // or "models::fm", identifiers joined by "::", no keyword, no reserved name. header_for
@@ -187,15 +280,20 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
     const firmware::shape out_shape = g.tensors[static_cast<std::size_t>(g.output)];
     const auto tensor = [](int t) { return std::to_string(t); };
     const auto place = [&](int t) { return "plan.tensors[" + tensor(t) + "].offset"; };
+    const std::string c_name = c_prefix(ns);
+    const bool channels_last = g.layout == input_layout::hwc;
 
     std::string text =
         "// Generated by versatil::codegen::header_for: an int8 model as compile-time C++ for the versatil\n"
         "// firmware runtime (include/versatil/firmware/). Do not edit.\n"
-        "// Input " + shape_literal(in_shape) + " (channels, height, width), output " + shape_literal(out_shape) + "; " +
+        "// Input " + shape_literal(in_shape) + " (channels, height, width)" +
+        (channels_last ? ", its levels channel-last (height, width, channels)" : "") + ", output " +
+        shape_literal(out_shape) + "; " +
         std::to_string(g.layers.size()) + " layers; arena " + std::to_string(figures.arena_bytes) +
         " bytes (live-set lower bound " + std::to_string(figures.arena_lower_bound_bytes) + ", greedy planner " +
         std::to_string(figures.greedy_planner_bytes) + "); parameters " + std::to_string(figures.parameter_bytes) +
-        " bytes.\n#pragma once\n\n#include <cstddef>\n#include <cstdint>\n\n#include \"versatil/firmware/firmware.hpp\"\n\n"
+        " bytes.\n" + usage_and_placement(ns, c_name) +
+        "#ifdef __cplusplus\n#include <cstddef>\n#include <cstdint>\n\n#include \"versatil/firmware/firmware.hpp\"\n\n"
         "namespace " + ns + " {\nnamespace detail {\n\nnamespace fw = versatil::firmware;\n\n";
     for (std::size_t i = 0; i < g.layers.size(); ++i) text += layer_definition(g.layers[i], i) + "\n";
 
@@ -248,22 +346,32 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
     text += "static_assert(plan.figures.arena_bytes == " + std::to_string(figures.arena_bytes) +
             ", \"" + ns + ": the compiler's arena plan differs from the code generator's\");\n\n}  // namespace detail\n\n";
 
-    text += "struct model {\n"
+    text += "// The header's own arena, for run(input, output) and the C entry points.\n"
+            "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[detail::plan.figures.arena_bytes > 0 ? "
+            "detail::plan.figures.arena_bytes : 1];\n\n"
+            "struct model {\n"
             "    static constexpr std::size_t input_size = " + std::to_string(in_shape.bytes()) + ";\n"
             "    static constexpr std::size_t output_size = " + std::to_string(out_shape.bytes()) + ";\n"
             "    static constexpr std::size_t arena_bytes = detail::plan.figures.arena_bytes;\n"
             "    static constexpr std::size_t arena_lower_bound_bytes = detail::plan.figures.lower_bound_bytes;\n"
             "    static constexpr std::size_t greedy_planner_bytes = detail::plan.figures.greedy_bytes;\n"
             "    static constexpr std::size_t parameter_bytes = " + std::to_string(figures.parameter_bytes) + ";\n"
+            "    // The stack run needs on a Cortex-M4 (GCC 12, -Os or -O2; versatil/codegen/stack_use.hpp).\n"
+            "    static constexpr std::size_t stack_bytes = " + std::to_string(run_stack_bytes(g)) + ";\n"
             "    static constexpr double input_scale = " + number(g.input_scale) + ";\n"
             "    static constexpr std::int32_t input_zero_point = " + std::to_string(g.input_zero_point) + ";\n"
             "    static constexpr double output_scale = " + number(g.output_scale) + ";\n"
             "    static constexpr std::int32_t output_zero_point = " + std::to_string(g.output_zero_point) + ";\n"
             "    static constexpr versatil::firmware::shape input_shape" + shape_literal(in_shape) + ";\n"
-            "    static constexpr versatil::firmware::shape output_shape" + shape_literal(out_shape) + ";\n\n"
-            "    // input: input_size int8 levels (channels, height, width); output: output_size levels;\n"
-            "    // arena: arena_bytes bytes, any alignment, reused by every call.\n"
-            "    static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena) noexcept {\n"
+            "    static constexpr versatil::firmware::shape output_shape" + shape_literal(out_shape) + ";\n"
+            "    static constexpr std::size_t layer_count = " + std::to_string(g.layers.size()) + ";\n"
+            "    static constexpr bool input_channels_last = " + (channels_last ? "true" : "false") + ";\n\n"
+            "    // input: input_size int8 levels (" +
+            (channels_last ? "height, width, channels" : "channels, height, width") + "); output: output_size levels;\n"
+            "    // arena: arena_bytes bytes, any alignment, reused by every call; on_layer: see above.\n"
+            "    template <class OnLayer = versatil::firmware::no_layer_callback>\n"
+            "    static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
+            "                    OnLayer&& on_layer = {}) noexcept {\n"
             "        namespace fw = versatil::firmware;\n"
             "        using detail::plan;\n"
             "        std::int8_t* const a = reinterpret_cast<std::int8_t*>(arena);\n";
@@ -279,6 +387,10 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             in_place = in_place || overlaps(out_place, g.tensors[static_cast<std::size_t>(l.output)].bytes(),
                                             plan.tensors[static_cast<std::size_t>(t)], g.tensors[static_cast<std::size_t>(t)].bytes());
         const std::string comment = "  // " + l.module + (in_place ? ", in place" : "") + "\n";
+        const auto hook = [&](const char* event) {
+            return "        on_layer(fw::layer_event::" + std::string(event) + ", " + n + ", \"" + l.module + "\");\n";
+        };
+        text += hook("starts");
         if (std::holds_alternative<flatten_params>(l.params)) {
             text += "        // layer " + n + ", " + l.module + ": flatten, the same bytes\n";
         } else if (std::holds_alternative<firmware::add_params>(l.params)) {
@@ -291,20 +403,26 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             text += std::string("        fw::") + kernel_name(l) + "(detail::layer_" + n + ", " + operand(l.inputs[0]) +
                     ", a + " + place(l.output) + scratch + ");" + comment;
         }
+        text += hook("ends");
     }
     text += "        const std::int8_t* const result = " + operand(g.output) + ";\n"
             "        for (std::size_t i = 0; i < output_size; ++i) output[i] = result[i];\n"
-            "    }\n};\n\n"
+            "    }\n\n"
+            "    static void run(const std::int8_t* input, std::int8_t* output) noexcept {\n"
+            "        run(input, output, arena);\n    }\n"
+            "};\n\n"
             "static_assert(model::input_size == detail::tensors[detail::input_tensor].bytes() &&\n"
             "              model::output_size == detail::tensors[detail::output_tensor].bytes(),\n"
             "              \"" + ns + ": input or output size differs from the tensor table\");\n\n"
-            "}  // namespace " + ns + "\n";
+            "}  // namespace " + ns + "\n#endif  // __cplusplus\n\n" +
+            c_interface(g, ns, c_name, figures.arena_bytes);
     return text;
 }
 
-inline std::string header_for(const integer_graph& graph, std::string_view namespace_name) {
+inline std::string header_for(const integer_graph& graph, std::string_view namespace_name,
+                              input_layout layout = input_layout::chw) {
     check_namespace(namespace_name);
-    return header_for(lower(graph), namespace_name);
+    return header_for(lower(graph, layout), namespace_name);
 }
 
 }  // namespace versatil::codegen

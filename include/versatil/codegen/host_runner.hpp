@@ -23,6 +23,7 @@
 
 namespace versatil::codegen {
 
+// `input` in the graph's layout (lowered_graph::layout: channel-last for input_layout::hwc).
 inline std::vector<std::int8_t> run_on_host(const lowered_graph& g, std::span<const std::int8_t> input) {
     const firmware::shape in_shape = g.tensors[static_cast<std::size_t>(g.input)];
     if (input.size() != in_shape.bytes())

@@ -7,13 +7,16 @@
 // otherwise the clamp stays a layer of its own. Each convolution gets the fastest kernel for
 // its shape and rescales (firmware/kernel_choice.hpp), its weights in that kernel's order and,
 // where the kernel needs one, a scratch tensor alive during the layer only; likewise linear
-// layers (linear_blocked reads the reference layout). The result is what both header_for and run_on_host
-// use.
+// layers (linear_blocked reads the reference layout). With input_layout::hwc the model's input
+// comes channel-last, and the convolutions reading it gather it so (conv2d_params::
+// input_channels_last): no copy; any other layer reading a spatial input is refused. The result
+// is what both header_for and run_on_host use.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
@@ -33,6 +36,10 @@ struct flatten_params {};
 using layer_params = std::variant<firmware::conv2d_params, firmware::linear_params, firmware::add_params,
                                   firmware::clamp_params, firmware::max_pool2d_params, firmware::avg_pool2d_params,
                                   flatten_params>;
+
+// The order of the model input's levels: channels, height, width (TorchScript's own) or height,
+// width, channels (as cameras and audio front ends deliver them).
+enum class input_layout : unsigned char { chw, hwc };
 
 struct lowered_layer {
     std::string module;            // the op's module, for messages and the header's comments
@@ -55,6 +62,7 @@ struct lowered_graph {
     int input = -1, output = -1;
     double input_scale = 1.0, output_scale = 1.0;
     std::int32_t input_zero_point = 0, output_zero_point = 0;
+    input_layout layout = input_layout::chw;
 };
 
 // The layer's params with its arrays' addresses filled in (valid while `layer` lives unmoved).
@@ -157,15 +165,29 @@ inline firmware::activation_range* range_of(layer_params& params) {
         params);
 }
 
+// A channel-last input read by `layer`: a convolution gathers it in place; nothing else can.
+inline void read_channel_last(lowered_layer& layer) {
+    auto* conv = std::get_if<firmware::conv2d_params>(&layer.params);
+    if (conv == nullptr)
+        throw std::invalid_argument(
+            "versatil::codegen::lower: a channel-last input (--export-input-layout hwc) is read by layer " +
+            (layer.module.empty() ? "in the model's own forward" : "'" + layer.module + "'") + " (" +
+            std::string(op_kind_name(layer.source)) +
+                                    "), which is not a convolution: only a convolution reads that layout in place "
+                                    "(export with the channel-first input, or start the model with a conv2d)");
+    conv->input_channels_last = true;
+}
+
 }  // namespace detail
 
-inline lowered_graph lower(const integer_graph& graph) {
+inline lowered_graph lower(const integer_graph& graph, input_layout layout = input_layout::chw) {
     validate(graph);
     const std::size_t tensor_count = graph.tensors.size();
     std::vector<int> readers(tensor_count, 0);
     for (const integer_op& op : graph.ops)
         for (int t : op.inputs) ++readers[static_cast<std::size_t>(t)];
 
+    const int input_plane = to_firmware(graph.tensors[static_cast<std::size_t>(graph.input)].shape).plane();
     // Lowered layers still in the graph's tensor indices; fused clamps leave no layer.
     std::vector<lowered_layer> layers;
     std::vector<int> producer(tensor_count, -1);  // the lowered layer writing each tensor
@@ -220,6 +242,10 @@ inline lowered_graph lower(const integer_graph& graph) {
             case op_kind::flatten:
                 break;
         }
+        // Channel-last and channel-first are the same bytes when the input has no plane.
+        if (layout == input_layout::hwc && input_plane > 1 &&
+            std::find(op.inputs.begin(), op.inputs.end(), graph.input) != op.inputs.end())
+            detail::read_channel_last(layer);
         producer[static_cast<std::size_t>(op.output)] = static_cast<int>(layers.size());
         layers.push_back(std::move(layer));
     }
@@ -265,6 +291,7 @@ inline lowered_graph lower(const integer_graph& graph) {
     lowered.input_zero_point = in.zero_point;
     lowered.output_scale = out.scale;
     lowered.output_zero_point = out.zero_point;
+    lowered.layout = layout;
     return lowered;
 }
 

@@ -15,6 +15,7 @@
 #include "versatil/firmware/in_place.hpp"
 #include "versatil/firmware/kernel_choice.hpp"
 #include "versatil/firmware/layer.hpp"
+#include "versatil/firmware/layer_callback.hpp"
 #include "versatil/firmware/max_pool2d.hpp"
 #include "versatil/firmware/output_stage.hpp"
 #include "versatil/firmware/shape.hpp"

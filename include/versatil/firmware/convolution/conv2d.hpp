@@ -10,6 +10,11 @@
 // (in_place.hpp) holds for this order: each output level is written once all its taps are
 // read (its chunk's taps are all read before the chunk is written), levels are written in
 // order, and output channel c reads only the input channels of its group.
+//
+// The input may also come channel-last (height, width, channels: input_channels_last, a
+// model's first layer exported with --export-input-layout hwc, as cameras and audio front
+// ends deliver it): the kernels then read it in place with other strides (input_strides),
+// the output stays channel-first.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +36,28 @@ struct conv2d_params {
     const std::int8_t* weights = nullptr;
     const std::int32_t* bias = nullptr;  // one per output channel, or none
     const math::fixed_point_multiplier* multipliers = nullptr;  // one per output channel
+    bool input_channels_last = false;  // the input in (height, width, channels) order
 };
+
+// Where input level (c, y, x) is: c * channel + y * row + x * column.
+struct input_strides {
+    int channel, row, column;
+};
+
+constexpr input_strides strides_of(const conv2d_params& p) noexcept {
+    return p.input_channels_last ? input_strides{1, p.input.width * p.input.channels, p.input.channels}
+                                 : input_strides{p.input.plane(), p.input.width, 1};
+}
 
 inline void conv2d(const conv2d_params& p, const std::int8_t* input, std::int8_t* output) noexcept {
     constexpr int chunk = 32;  // output columns accumulated at once: 128 bytes of stack
     std::int32_t acc[chunk];
     const int in_per_group = p.input.channels / p.groups, out_per_group = p.output.channels / p.groups;
     const int kernel_h = p.win.kernel_h, kernel_w = p.win.kernel_w;
-    const int in_w = p.input.width, in_plane = p.input.plane();
+    const int in_w = p.input.width;
+    const input_strides step = strides_of(p);
     for (int oc = 0; oc < p.output.channels; ++oc) {
-        const std::int8_t* group_input = input + (oc / out_per_group) * in_per_group * in_plane;
+        const std::int8_t* group_input = input + (oc / out_per_group) * in_per_group * step.channel;
         const std::int8_t* filter = p.weights + oc * in_per_group * kernel_h * kernel_w;
         const std::int32_t bias = p.bias != nullptr ? p.bias[oc] : 0;
         for (int oy = 0; oy < p.output.height; ++oy) {
@@ -51,7 +68,7 @@ inline void conv2d(const conv2d_params& p, const std::int8_t* input, std::int8_t
             const int rows_per_channel = ky.end - ky.begin, rows = in_per_group * rows_per_channel;
             const auto row = [&](int r, int kx, const std::int8_t*& at, std::int32_t& weight) {
                 const int ic = r / rows_per_channel, k = ky.begin + r % rows_per_channel;
-                at = group_input + ic * in_plane + (iy0 + k * p.win.dilation_h) * in_w;
+                at = group_input + ic * step.channel + (iy0 + k * p.win.dilation_h) * step.row;
                 weight = filter[(ic * kernel_h + k) * kernel_w + kx];
             };
             for (int ox0 = 0; ox0 < p.output.width; ox0 += chunk) {
@@ -62,7 +79,8 @@ inline void conv2d(const conv2d_params& p, const std::int8_t* input, std::int8_t
                     const int column0 = kx * p.win.dilation_w - p.win.padding_w;
                     const tap_range ox = valid_taps(column0 + ox0 * p.win.stride_w, n, p.win.stride_w, in_w);
                     if (ox.begin >= ox.end) continue;
-                    const int first_column = column0 + (ox0 + ox.begin) * p.win.stride_w;
+                    const int first_column = (column0 + (ox0 + ox.begin) * p.win.stride_w) * step.column;
+                    const int column_step = p.win.stride_w * step.column;
                     int r = 0;
                     for (; r + 1 < rows; r += 2) {
                         const std::int8_t *a, *b;
@@ -70,13 +88,14 @@ inline void conv2d(const conv2d_params& p, const std::int8_t* input, std::int8_t
                         row(r, kx, a, wa);
                         row(r + 1, kx, b, wb);
                         accumulate_pair(acc + ox.begin, ox.end - ox.begin, a + first_column, b + first_column,
-                                        p.win.stride_w, wa, wb, p.input_offset);
+                                        column_step, wa, wb, p.input_offset);
                     }
                     if (r < rows) {
                         const std::int8_t* a;
                         std::int32_t wa;
                         row(r, kx, a, wa);
-                        accumulate(acc + ox.begin, ox.end - ox.begin, a + first_column, p.win.stride_w, wa, p.input_offset);
+                        accumulate(acc + ox.begin, ox.end - ox.begin, a + first_column, column_step, wa,
+                                   p.input_offset);
                     }
                 }
                 std::int8_t* out = output + (oc * p.output.height + oy) * p.output.width + ox0;

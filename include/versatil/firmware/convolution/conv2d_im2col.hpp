@@ -3,7 +3,8 @@
 // reference conv2d (conv2d.hpp) but for the weights' order (below), and the same bytes out.
 //
 // For a block of output pixels it writes their input patches (im2col) into the scratch as
-// 16-bit values with the input offset added (padded taps 0), tap by tap (ky, kx) and in each
+// 16-bit values with the input offset added (padded taps 0; a channel-last input is gathered
+// with its own strides, input_strides), tap by tap (ky, kx) and in each
 // tap the group's input channels, which the exporter gives the weights too: with a channel
 // count divisible by four (most layers) a tap's channels fill whole groups of four, gathered
 // four at a time. The patches are interleaved by groups of four taps (A's four, B's four, ...; then A's and
@@ -119,7 +120,8 @@ VERSATIL_FIRMWARE_INLINE std::int32_t get_halfword(const std::int8_t* at) noexce
 // channels, as patch `which` (0, 1).
 VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t* scratch, int which,
                                             const std::int8_t* group_input, int oy, int ox) noexcept {
-    const int channels = p.input.channels / p.groups, in_w = p.input.width, in_plane = p.input.plane();
+    const int channels = p.input.channels / p.groups, in_w = p.input.width;
+    const input_strides step = strides_of(p);
     const std::int32_t offset = p.input_offset;
     const int iy0 = oy * p.win.stride_h - p.win.padding_h, ix0 = ox * p.win.stride_w - p.win.padding_w;
     const tap_range rows = valid_taps(iy0, p.win.kernel_h, p.win.dilation_h, p.input.height);
@@ -138,10 +140,11 @@ VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t
                     }
                     continue;
                 }
-                const std::int8_t* x =
-                    group_input + ((iy0 + ky * p.win.dilation_h) * in_w + ix0 + kx * p.win.dilation_w);
-                for (int c = 0; c < channels; c += 4, at += 16, x += 4 * in_plane) {
-                    const std::int32_t x0 = x[0], x1 = x[in_plane], x2 = x[2 * in_plane], x3 = x[3 * in_plane];
+                const std::int8_t* x = group_input + ((iy0 + ky * p.win.dilation_h) * step.row +
+                                                      (ix0 + kx * p.win.dilation_w) * step.column);
+                const int s = step.channel;
+                for (int c = 0; c < channels; c += 4, at += 16, x += 4 * s) {
+                    const std::int32_t x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s];
                     simd::store4(at, simd::add_pairs(simd::make_pair(x0, x1), offsets));
                     simd::store4(at + 4, simd::add_pairs(simd::make_pair(x2, x3), offsets));
                 }
@@ -156,8 +159,9 @@ VERSATIL_FIRMWARE_HOT inline void fill_patch(const conv2d_params& p, std::int8_t
                 for (int c = 0; c < channels; ++c) out.put(0);
                 continue;
             }
-            const std::int8_t* x = group_input + ((iy0 + ky * p.win.dilation_h) * in_w + ix0 + kx * p.win.dilation_w);
-            for (int c = 0; c < channels; ++c, x += in_plane) out.put(*x + offset);
+            const std::int8_t* x = group_input + ((iy0 + ky * p.win.dilation_h) * step.row +
+                                                  (ix0 + kx * p.win.dilation_w) * step.column);
+            for (int c = 0; c < channels; ++c, x += step.channel) out.put(*x + offset);
         }
     }
 }
@@ -265,7 +269,7 @@ VERSATIL_FIRMWARE_HOT inline void conv2d_im2col(const conv2d_params& p, const st
     const int block_pairs = conv2d_im2col_block_pairs(p);
     const auto pair_bytes = static_cast<int>(conv2d_im2col_pair_bytes(p));
     for (int g = 0; g < p.groups; ++g) {
-        const std::int8_t* group_input = input + g * in_per_group * p.input.plane();
+        const std::int8_t* group_input = input + g * in_per_group * strides_of(p).channel;
         const int first_channel = g * out_per_group, last_channel = first_channel + out_per_group;
         int oy = 0, ox = 0;  // of the next pixel to fill
         for (int first = 0; first < pixels; first += 2 * block_pairs) {

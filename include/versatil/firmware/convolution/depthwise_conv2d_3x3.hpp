@@ -27,8 +27,9 @@
 namespace versatil::firmware {
 
 constexpr bool depthwise_conv2d_3x3_applies(const conv2d_params& p) noexcept {
-    return p.groups == p.input.channels && p.groups == p.output.channels && p.win.kernel_h == 3 &&
-           p.win.kernel_w == 3 && p.win.dilation_h == 1 && p.win.dilation_w == 1 &&
+    // A channel-last input (a model's first layer) is left to conv2d_im2col, which gathers it.
+    return !p.input_channels_last && p.groups == p.input.channels && p.groups == p.output.channels &&
+           p.win.kernel_h == 3 && p.win.kernel_w == 3 && p.win.dilation_h == 1 && p.win.dilation_w == 1 &&
            (p.win.stride_w == 1 || p.win.stride_w == 2);
 }
 

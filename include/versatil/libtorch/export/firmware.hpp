@@ -56,10 +56,14 @@ inline at::Tensor int8_output_levels(const lowered_model& lowered, const at::Ten
 }
 
 // The int8 levels LibTorch's own quantize_per_tensor gives the input: the same function, so the
-// runtime and LibTorch start from the same bytes.
-inline at::Tensor int8_input_levels(const codegen::activation_tensor& input, const at::Tensor& inputs) {
+// runtime and LibTorch start from the same bytes; for a channel-last header, images transposed
+// to (height, width, channels).
+inline at::Tensor int8_input_levels(const codegen::activation_tensor& input, const at::Tensor& inputs,
+                                    codegen::input_layout layout) {
     const at::Tensor quantized = at::quantize_per_tensor(inputs, input.scale, input.zero_point + 128, at::kQUInt8);
-    return (quantized.int_repr().to(at::kInt) - 128).to(at::kChar).reshape({inputs.size(0), -1}).contiguous();
+    at::Tensor levels = (quantized.int_repr().to(at::kInt) - 128).to(at::kChar);
+    if (layout == codegen::input_layout::hwc && levels.dim() == 4) levels = levels.permute({0, 2, 3, 1});
+    return levels.reshape({inputs.size(0), -1}).contiguous();
 }
 
 inline std::int64_t first_max(const std::int8_t* levels, std::int64_t count) {
@@ -71,9 +75,11 @@ inline std::int64_t first_max(const std::int8_t* levels, std::int64_t count) {
 // Exports `lowered` (quantized from `float_model` for a microcontroller) as a header in
 // namespace `namespace_name`, and compares the firmware runtime with LibTorch on `evaluation`
 // (at least one batch). An error(unsupported_export) when firmware cannot run the model, an
-// error(invalid_argument) for a namespace that is not a C++ namespace name.
+// error(invalid_argument) for a namespace that is not a C++ namespace name. `layout`: the order
+// of the header's input levels (hwc: channel-last, read in place by the first convolution).
 inline firmware_export export_firmware(const ::torch::jit::Module& float_model, const lowered_model& lowered,
-                                       const std::vector<batch>& evaluation, std::string_view namespace_name) {
+                                       const std::vector<batch>& evaluation, std::string_view namespace_name,
+                                       codegen::input_layout layout = codegen::input_layout::chw) {
     if (evaluation.empty())
         throw error(error_kind::no_evaluation_data, "the firmware export compares the runtime with LibTorch: give "
                                                     "evaluation batches (the data file's 'test') or calibration batches");
@@ -90,7 +96,7 @@ inline firmware_export export_firmware(const ::torch::jit::Module& float_model, 
     result.graph = extract_integer_graph(float_model, lowered, batch(inputs.front()));
     codegen::lowered_graph integer;
     try {
-        integer = codegen::lower(result.graph);
+        integer = codegen::lower(result.graph, layout);
     } catch (const std::invalid_argument& failure) {
         throw error(error_kind::unsupported_export, std::string("cannot export for firmware: ") + failure.what());
     }
@@ -102,11 +108,13 @@ inline firmware_export export_firmware(const ::torch::jit::Module& float_model, 
     const codegen::firmware_figures figures = codegen::summarize(integer);
     firmware_report& report = result.report;
     report.namespace_name = std::string(namespace_name);
+    report.input_layout = layout == codegen::input_layout::hwc ? "hwc" : "chw";
     report.header_bytes = static_cast<std::int64_t>(result.header.size());
     report.arena_bytes = static_cast<std::int64_t>(figures.arena_bytes);
     report.arena_lower_bound_bytes = static_cast<std::int64_t>(figures.arena_lower_bound_bytes);
     report.greedy_planner_bytes = static_cast<std::int64_t>(figures.greedy_planner_bytes);
     report.parameter_bytes = static_cast<std::int64_t>(figures.parameter_bytes);
+    report.stack_bytes = static_cast<std::int64_t>(codegen::stack_bytes(integer));
     report.export_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     // The runtime on this host against LibTorch, sample by sample, from the same input bytes.
@@ -114,7 +122,7 @@ inline firmware_export export_firmware(const ::torch::jit::Module& float_model, 
     std::int64_t agreeing = 0;
     const codegen::activation_tensor& input_quantization = result.graph.tensors.at(static_cast<std::size_t>(result.graph.input));
     for (const at::Tensor& rows : inputs) {
-        const at::Tensor input = export_detail::int8_input_levels(input_quantization, rows);
+        const at::Tensor input = export_detail::int8_input_levels(input_quantization, rows, layout);
         const at::Tensor expected = export_detail::int8_output_levels(lowered, rows);
         for (std::int64_t i = 0; i < input.size(0); ++i) {
             const at::Tensor row = input[i];

@@ -47,11 +47,13 @@ struct accuracy_target_step {
 // how the firmware runtime, run on the host, agrees with LibTorch's quantized model.
 struct firmware_report {
     std::string namespace_name;
+    std::string input_layout = "chw";          // the header's input order: chw, or hwc (channel-last)
     std::int64_t header_bytes = 0;
     std::int64_t arena_bytes = 0;              // the header's model::arena_bytes
     std::int64_t arena_lower_bound_bytes = 0;  // the largest set of tensors alive at once: no plan needs less
     std::int64_t greedy_planner_bytes = 0;     // a TFLite-Micro-style greedy-by-size planner, for comparison
     std::int64_t parameter_bytes = 0;          // weights, biases, multipliers and shifts
+    std::int64_t stack_bytes = 0;              // run's worst stack use on a Cortex-M4 (codegen/stack_use.hpp)
     std::int64_t compared_samples = 0;
     std::int64_t compared_elements = 0;
     std::int64_t differing_elements = 0;  // int8 outputs where the runtime and LibTorch differ at all
@@ -144,11 +146,13 @@ inline nlohmann::json to_json(const quantization_report& report) {
     nlohmann::json firmware = nullptr;
     if (const std::optional<firmware_report>& f = report.firmware)
         firmware = {{"namespace", f->namespace_name},
+                    {"input_layout", f->input_layout},
                     {"header_bytes", f->header_bytes},
                     {"arena_bytes", f->arena_bytes},
                     {"arena_lower_bound_bytes", f->arena_lower_bound_bytes},
                     {"greedy_planner_bytes", f->greedy_planner_bytes},
                     {"parameter_bytes", f->parameter_bytes},
+                    {"stack_bytes", f->stack_bytes},
                     {"compared_samples", f->compared_samples},
                     {"compared_elements", f->compared_elements},
                     {"differing_elements", f->differing_elements},
@@ -245,12 +249,14 @@ inline std::string format_table(const quantization_report& report) {
         row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
                                 ", final loss " + number("%.4f", *report.qat_final_loss));
     if (const std::optional<firmware_report>& f = report.firmware) {
-        text += "firmware (namespace " + f->namespace_name + ", header " + number("%.1f KiB", f->header_bytes / 1024.0) +
+        text += "firmware (namespace " + f->namespace_name + (f->input_layout == "hwc" ? ", input channel-last" : "") +
+                ", header " + number("%.1f KiB", f->header_bytes / 1024.0) +
                 ", exported in " + number("%.3f s", f->export_seconds) + ")\n";
         row("arena", std::to_string(f->arena_bytes) + " bytes (live-set lower bound " +
                          std::to_string(f->arena_lower_bound_bytes) + ", greedy planner " +
                          std::to_string(f->greedy_planner_bytes) + ")");
         row("parameters", std::to_string(f->parameter_bytes) + " bytes");
+        row("stack", std::to_string(f->stack_bytes) + " bytes, run's worst on a Cortex-M4 (GCC 12, -Os/-O2)");
         row("runtime vs LibTorch", "top-1 agrees on " + number("%.2f %%", 100.0 * f->top1_agreement) + " of " +
                                        std::to_string(f->compared_samples) + " samples; max " +
                                        std::to_string(f->max_lsb_diff) + " LSB, " +
