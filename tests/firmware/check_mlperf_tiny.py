@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The MLPerf Tiny four end to end (issue 36): mlperf_tiny_models.py writes the architectures (random
-weights, batch norm settled, torch.jit.script), versatil-quantize quantizes each for cortex_m and
+weights, batch norm settled, torch.jit.script; with --models operators, operator_models.py writes the
+models of the other firmware operators, torchvision's MobileNetV3-small among them), versatil-quantize quantizes each for cortex_m and
 exports it (--export); each must export, its header compile, and the runtime on this host agree
 with LibTorch's quantized model (the report's firmware figures: top-1 on every test sample,
 every int8 output within --max-lsb).
@@ -15,7 +16,7 @@ arm-none-eabi-g++ or qemu-system-arm the device run exits 77, which meson counts
 
   check_mlperf_tiny.py --cli versatil-quantize --include DIR --compiler c++ [--max-lsb N]
                        [--device [--device-compiler arm-none-eabi-g++] [--samples N] [--variants dsp,portable]]
-                       [--only NAME,...] [--keep DIR]
+                       [--models mlperf_tiny|operators] [--only NAME,...] [--keep DIR]
 
 --keep DIR keeps every model, header, report and (with --device) DIR/NAME/proof.json, which
 benchmarks/mlperf_tiny.py reads. Needs Debian's python3-torch (/usr/bin/python3).
@@ -35,7 +36,12 @@ import torch
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-from mlperf_tiny_models import MODELS  # noqa: E402
+import mlperf_tiny_models  # noqa: E402
+import operator_models  # noqa: E402
+
+# --models: which script writes the models, and its models.
+SUITES = {"mlperf_tiny": ("mlperf_tiny_models.py", mlperf_tiny_models.MODELS),
+          "operators": ("operator_models.py", operator_models.MODELS)}
 
 SKIP = 77  # meson's exit status for a skipped test
 failures = []
@@ -90,7 +96,7 @@ def export(args, name, work):
     probe.write_text(f'#include "{name}.hpp"\n'
                      f"static_assert({name}::model::arena_bytes == {firmware['arena_bytes']});\n"
                      f"static_assert({name}::model::parameter_bytes == {firmware['parameter_bytes']});\n")
-    compiled = run(args.compiler + ["-std=c++20", "-fsyntax-only", "-I", args.include, "-I", model_dir, probe])
+    compiled = run(args.compiler + args.model_flags + ["-std=c++20", "-fsyntax-only", "-I", args.include, "-I", model_dir, probe])
     check(compiled.returncode == 0, f"{name}: the header compiles with the report's figures" +
           ("" if compiled.returncode == 0 else ":\n" + compiled.stderr[-2000:]))
     return report
@@ -133,7 +139,7 @@ def device_run(args, name, work, report):
     defines = [f'VERSATIL_MODEL_HEADER="{name}.hpp"', f"VERSATIL_MODEL_NAMESPACE={name}",
                'VERSATIL_SAMPLES_HEADER="samples.hpp"']
     host = model_dir / "run_samples_host"
-    built = run(args.compiler + ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Werror", *[f"-D{d}" for d in defines],
+    built = run(args.compiler + args.model_flags + ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Werror", *[f"-D{d}" for d in defines],
                                  "-I", args.include, "-I", ROOT / "examples/firmware", "-I", model_dir,
                                  HERE / "run_samples.cpp", "-o", host])
     check(built.returncode == 0, f"{name}: run_samples.cpp builds for the host" +
@@ -143,7 +149,7 @@ def device_run(args, name, work, report):
     device = run([sys.executable, HERE / "device.py", "--compiler", args.device_compiler, "--root", ROOT,
                   "--source", HERE / "run_samples.cpp", "--host-program", host, "--variants", args.variants,
                   *[a for d in defines for a in ("--define", d)], "--include-dir", model_dir,
-                  "--build-dir", model_dir / "device", "--sizes", model_dir / "device" / "sizes.json"])
+                  *[f"--flag={f}" for f in args.model_flags], "--build-dir", model_dir / "device", "--sizes", model_dir / "device" / "sizes.json"])
     print("\n".join(line for line in device.stdout.splitlines() if not line.startswith(" ")))
     check(device.returncode == 0, f"{name}: on the MPS2 AN386 ({args.variants}) QEMU prints the host's bytes, no "
           "allocation or exception symbol linked" + ("" if device.returncode == 0 else ":\n" + device.stderr[-2000:]))
@@ -204,7 +210,9 @@ def main():
     parser.add_argument("--variants", default="dsp")
     parser.add_argument("--samples", type=int, default=4, help="test samples the device runs (default 4)")
     parser.add_argument("--test", type=int, default=16, help="test samples the export compares (default 16)")
-    parser.add_argument("--only", default=",".join(MODELS))
+    parser.add_argument("--models", choices=SUITES, default="mlperf_tiny",
+                        help="the MLPerf Tiny four (default) or the operator models (operator_models.py)")
+    parser.add_argument("--only", help="a comma-separated subset of the suite's models")
     parser.add_argument("--keep", help="keep every file under DIR/NAME")
     args = parser.parse_args()
     if args.device:
@@ -212,14 +220,16 @@ def main():
         if missing:
             print(f"skipped: {' and '.join(missing)} not found (tools/install-deps installs them)")
             sys.exit(SKIP)
-    names = args.only.split(",")
+    script, models = SUITES[args.models]
+    names = args.only.split(",") if args.only else list(models)
     with tempfile.TemporaryDirectory(prefix="versatil-mlperf-") as scratch:
         work = Path(args.keep or scratch)
         for name in names:
-            written = run([sys.executable, HERE / "mlperf_tiny_models.py", work / name, "--only", name, "--test", args.test])
+            args.model_flags = getattr(models[name], "compile_flags", [])  # what a model's header needs
+            written = run([sys.executable, HERE / script, work / name, "--only", name, "--test", args.test])
             print(written.stdout, end="")
             if written.returncode != 0:
-                sys.exit(f"mlperf_tiny_models.py failed:\n{written.stderr}")
+                sys.exit(f"{script} failed:\n{written.stderr}")
             report = export(args, name, work)
             if report is not None and args.device:
                 device_run(args, name, work, report)

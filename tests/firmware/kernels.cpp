@@ -298,3 +298,95 @@ TEST_CASE("global average pooling is average pooling over the whole plane") {
     fw::avg_pool2d(fw::global_avg_pool2d({2, 2, 2}, 1, {-128, 2}), x.data(), out.data());
     CHECK(out == std::vector<std::int8_t>{2, -7});  // 1 + round(1.5) = 1 + 2 = 3, clamped to 2
 }
+
+TEST_CASE("lookup maps every level through its table, in place too") {
+    std::int8_t table[fw::lookup_table_size];
+    for (int level = -128; level < 128; ++level) table[level + 128] = static_cast<std::int8_t>(level / 2 - 3);
+    std::int8_t data[] = {-128, -1, 0, 1, 127};
+    fw::lookup({5, table}, data, data);
+    const std::int8_t expected[] = {-67, -3, -3, -3, 60};  // level / 2 rounds toward zero, less 3
+    CHECK(std::equal(data, data + 5, expected));
+}
+
+TEST_CASE("mul: the real product within one level, whole or broadcast per channel or from one value") {
+    std::mt19937 random(7);
+    const fw::shape out{3, 2, 5};
+    const auto a = random_levels(random, out.elements());
+    const double scale_a = 0.05, scale_b = 0.02, scale_out = 0.01;
+    const int zero_a = 3, zero_b = -7, zero_out = 4;
+    for (const fw::shape second : {out, fw::shape{3, 1, 1}, fw::shape{1, 1, 1}}) {
+        const auto b = random_levels(random, second.elements());
+        const fw::mul_params p{out, second, -zero_a, -zero_b, zero_out, quantize_multiplier(scale_a * scale_b / scale_out), {}};
+        REQUIRE(fw::broadcastable(p));
+        std::vector<std::int8_t> result(a.size());
+        fw::mul(p, a.data(), b.data(), result.data());
+        for (int i = 0; i < out.elements(); ++i) {
+            const int j = second == out ? i : (second.channels == out.channels ? i / out.plane() : 0);
+            const double real = scale_a * (a[static_cast<std::size_t>(i)] - zero_a) * scale_b * (b[static_cast<std::size_t>(j)] - zero_b);
+            const double level = std::clamp(real / scale_out + zero_out, -128.0, 127.0);
+            CHECK(std::abs(result[static_cast<std::size_t>(i)] - level) <= 0.5 + 1e-6);  // rounded once
+        }
+    }
+    CHECK_FALSE(fw::broadcastable({out, {2, 1, 1}, 0, 0, 0, {}, {}}));
+}
+
+TEST_CASE("softmax: probabilities on the 1/256 grid, per pixel over the channels") {
+    // Logits at scale 0.1: for each pixel, exp(0.1 * (x - max)) / sum, rounded to a level of
+    // 1/256 less 128; the table is the code generator's (exp in units of softmax_table_one).
+    const fw::shape s{4, 1, 3};
+    const double scale = 0.1;
+    std::vector<std::uint32_t> table;
+    const double one = fw::softmax_table_one(s.channels);
+    for (int d = 0; d < 256; ++d) table.push_back(static_cast<std::uint32_t>(std::lround(std::exp(-scale * d) * one)));
+    const std::int8_t logits[] = {10, -5, 0, /**/ 10, 20, 0, /**/ -100, 25, 0, /**/ 10, 30, 0};  // channel-major
+    std::int8_t out[12];
+    fw::softmax({s, table.data()}, logits, out);
+    for (int pixel = 0; pixel < 3; ++pixel) {
+        double sum = 0;
+        for (int c = 0; c < 4; ++c) sum += std::exp(scale * logits[c * 3 + pixel]);
+        for (int c = 0; c < 4; ++c) {
+            const double level = std::min(std::exp(scale * logits[c * 3 + pixel]) / sum * 256.0, 255.0) - 128.0;
+            CHECK(std::abs(out[c * 3 + pixel] - level) <= 0.5 + 1e-3);
+        }
+    }
+    // Equal logits: a quarter each, exactly 64 / 256.
+    const std::int8_t equal[] = {5, 5, 5, 5};
+    fw::softmax({{4, 1, 1}, table.data()}, equal, out);
+    CHECK(std::all_of(out, out + 4, [](std::int8_t v) { return v == 64 - 128; }));
+}
+
+TEST_CASE("concat, permute and pad move levels where the shapes say") {
+    // Two parts along height ({2, 1, 3} and {2, 2, 3} -> {2, 3, 3}): one run per channel, the
+    // second part through a table that adds 1.
+    const std::int8_t first[] = {1, 2, 3, /**/ 4, 5, 6};
+    const std::int8_t second[] = {10, 11, 12, 13, 14, 15, /**/ 20, 21, 22, 23, 24, 25};
+    std::int8_t plus_one[fw::lookup_table_size];
+    for (int level = -128; level < 128; ++level) plus_one[level + 128] = static_cast<std::int8_t>(std::min(level + 1, 127));
+    const fw::concat_params along_height{2, 2, {3, 6}, {nullptr, plus_one}};
+    const std::int8_t* const parts[] = {first, second};
+    std::int8_t joined[18];
+    fw::concat(along_height, parts, joined);
+    const std::int8_t expected_join[] = {1, 2, 3, 11, 12, 13, 14, 15, 16, /**/ 4, 5, 6, 21, 22, 23, 24, 25, 26};
+    CHECK(std::equal(joined, joined + 18, expected_join));
+
+    // {2, 3, 4} -> {4, 2, 3}: output (a, b, c) = input (b, c, a).
+    std::int8_t input[24], permuted[24];
+    for (int i = 0; i < 24; ++i) input[i] = static_cast<std::int8_t>(i);
+    const fw::permute_params p{{2, 3, 4}, {4, 2, 3}, {2, 0, 1}};
+    REQUIRE(fw::axes_match(p));
+    fw::permute(p, input, permuted);
+    for (int a = 0; a < 4; ++a)
+        for (int b = 0; b < 2; ++b)
+            for (int c = 0; c < 3; ++c) CHECK(permuted[(a * 2 + b) * 3 + c] == input[(b * 3 + c) * 4 + a]);
+    CHECK_FALSE(fw::axes_match({{2, 3, 4}, {4, 3, 2}, {2, 0, 1}}));
+
+    // {1, 2, 2} padded by one row above and one column left, value 5, into {1, 4, 3}.
+    const std::int8_t small[] = {1, 2, 3, 4};
+    std::int8_t padded[12];
+    const fw::pad_params pad{{1, 2, 2}, {1, 4, 3}, {0, 1, 1}, 5};
+    REQUIRE(fw::padding_fits(pad));
+    fw::pad(pad, small, padded);
+    const std::int8_t expected_pad[] = {5, 5, 5, /**/ 5, 1, 2, /**/ 5, 3, 4, /**/ 5, 5, 5};
+    CHECK(std::equal(padded, padded + 12, expected_pad));
+    CHECK_FALSE(fw::padding_fits({{1, 2, 2}, {1, 2, 2}, {0, 1, 0}, 0}));
+}

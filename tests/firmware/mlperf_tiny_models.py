@@ -157,9 +157,9 @@ def settled(model, shape, seed):
     return model.eval()
 
 
-def write(name, out, calib, test, seed=0):
+def write(name, out, calib, test, seed=0, models=MODELS):
     torch.manual_seed(seed)
-    cls = MODELS[name]
+    cls = models[name]
     model = settled(cls(), cls.input_shape, seed + 1)
     generator = torch.Generator().manual_seed(seed + 2)
     data = {"calib": torch.randn(calib, *cls.input_shape, generator=generator),
@@ -173,19 +173,19 @@ def write(name, out, calib, test, seed=0):
     return model
 
 
-def main():
+def main(models=MODELS):
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    parser.add_argument("--only", default=",".join(MODELS))
+    parser.add_argument("--only", default=",".join(models))
     parser.add_argument("--calib", type=int, default=64)
     parser.add_argument("--test", type=int, default=16)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.only.split(","):
-        if name not in MODELS:
-            sys.exit(f"unknown model {name}: one of {', '.join(MODELS)}")
-        model = write(name, out, args.calib, args.test)
+        if name not in models:
+            sys.exit(f"unknown model {name}: one of {', '.join(models)}")
+        model = write(name, out, args.calib, args.test, models=models)
         print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters")
 
 

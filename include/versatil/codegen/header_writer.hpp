@@ -85,7 +85,9 @@ inline bool is_identifier(std::string_view name) {
 // The kernel a layer's call names: the convolution or linear kernel chosen for it, the op's own
 // kernel otherwise.
 inline const char* kernel_name(const lowered_layer& layer) {
-    static constexpr const char* names[] = {"conv2d", "linear", "add", "clamp", "max_pool2d", "avg_pool2d", "flatten"};
+    static constexpr const char* names[] = {"conv2d",  "linear", "add",     "clamp",  "max_pool2d", "avg_pool2d",
+                                            "reshape", "lookup", "mul",     "softmax", "concat",    "permute",
+                                            "pad"};
     if (std::holds_alternative<firmware::conv2d_params>(layer.params)) return firmware::name(layer.kernel);
     if (std::holds_alternative<firmware::linear_params>(layer.params)) return firmware::name(layer.linear_kernel);
     return names[layer.params.index()];
@@ -95,7 +97,7 @@ inline const char* kernel_name(const lowered_layer& layer) {
 inline std::size_t run_stack_bytes(const lowered_graph& g) {
     std::size_t deepest = 0;
     for (const lowered_layer& layer : g.layers)
-        if (!std::holds_alternative<flatten_params>(layer.params))  // a view: no call
+        if (!std::holds_alternative<view_params>(layer.params))  // a view: no call
             deepest = std::max(deepest, kernel_stack_bytes(kernel_name(layer)));
     return run_frame_stack_bytes + deepest;
 }
@@ -126,6 +128,16 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
     if (!layer.multipliers.empty())
         text += parameters + "versatil::math::fixed_point_multiplier multipliers_" + n + "[] = " +
                 array_literal(layer.multipliers, 4, multiplier_literal) + ";\n";
+    const auto int8_array = [&](const std::string& name, const std::vector<std::int8_t>& values) {
+        return parameters + "std::int8_t " + name + "[] = " +
+               array_literal(values, 24, [](std::int8_t v) { return std::to_string(v); }) + ";\n";
+    };
+    if (!layer.table.empty()) text += int8_array("table_" + n, layer.table);
+    for (std::size_t k = 0; k < layer.part_tables.size(); ++k)
+        if (!layer.part_tables[k].empty()) text += int8_array("table_" + n + "_" + std::to_string(k), layer.part_tables[k]);
+    if (!layer.exp_table.empty())
+        text += parameters + "std::uint32_t exp_table_" + n + "[] = " +
+                array_literal(layer.exp_table, 8, [](std::uint32_t v) { return std::to_string(v) + "u"; }) + ";\n";
     text += std::visit(
         [&](const auto& p) -> std::string {
             using P = std::decay_t<decltype(p)>;
@@ -166,8 +178,40 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
                        ", .output = " + shape_literal(p.output) + ", .win = " + window_literal(p.win) +
                        ",\n    .count_include_pad = " + (p.count_include_pad ? "true" : "false") +
                        ", .zero_point = " + std::to_string(p.zero_point) + ", .range = " + range_literal(p.range) + "};\n";
+            else if constexpr (std::is_same_v<P, firmware::lookup_params>)
+                return head + "lookup_params layer_" + n + "{.elements = " + std::to_string(p.elements) +
+                       ", .table = table_" + n + "};\n";
+            else if constexpr (std::is_same_v<P, firmware::mul_params>)
+                return head + "mul_params layer_" + n + "{.output = " + shape_literal(p.output) + ", .input2 = " +
+                       shape_literal(p.input2) + ",\n    .input1_offset = " + std::to_string(p.input1_offset) +
+                       ", .input2_offset = " + std::to_string(p.input2_offset) + ", .output_offset = " +
+                       std::to_string(p.output_offset) + ",\n    .multiplier = " + multiplier_literal(p.multiplier) +
+                       ", .range = " + range_literal(p.range) + "};\n";
+            else if constexpr (std::is_same_v<P, firmware::softmax_params>)
+                return head + "softmax_params layer_" + n + "{.input = " + shape_literal(p.input) +
+                       ", .exp_table = exp_table_" + n + "};\n";
+            else if constexpr (std::is_same_v<P, firmware::concat_params>) {
+                std::string runs, tables, parts;
+                for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
+                    const std::string sep = k == 0 ? "" : ", ";
+                    runs += sep + std::to_string(p.run[k]);
+                    tables += sep + (layer.part_tables[k].empty() ? "nullptr" : "table_" + n + "_" + std::to_string(k));
+                }
+                std::string indices;
+                for (std::size_t k = 0; k < layer.inputs.size(); ++k) indices += (k == 0 ? "" : ", ") + std::to_string(layer.inputs[k]);
+                return "inline constexpr int parts_" + n + "[] = {" + indices + "};\n" + head + "concat_params layer_" + n + "{.parts = " + std::to_string(p.parts) + ", .outer = " +
+                       std::to_string(p.outer) + ", .run = {" + runs + "}, .tables = {" + tables + "}};\n";
+            } else if constexpr (std::is_same_v<P, firmware::permute_params>)
+                return head + "permute_params layer_" + n + "{.input = " + shape_literal(p.input) + ", .output = " +
+                       shape_literal(p.output) + ", .axes = {" + std::to_string(p.axes[0]) + ", " +
+                       std::to_string(p.axes[1]) + ", " + std::to_string(p.axes[2]) + "}};\n";
+            else if constexpr (std::is_same_v<P, firmware::pad_params>)
+                return head + "pad_params layer_" + n + "{.input = " + shape_literal(p.input) + ", .output = " +
+                       shape_literal(p.output) + ", .before = {" + std::to_string(p.before[0]) + ", " +
+                       std::to_string(p.before[1]) + ", " + std::to_string(p.before[2]) + "}, .value = " +
+                       std::to_string(p.value) + "};\n";
             else
-                return "";  // flatten: no params
+                return "";  // a view: no params
         },
         layer.params);
     return text;
@@ -308,12 +352,18 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
         if (std::holds_alternative<firmware::add_params>(l.params))
             text += "    fw::layer_of(layer_" + n + ", tensors[" + tensor(l.output) + "], " + tensor(l.inputs[0]) + ", " +
                     tensor(l.inputs[1]) + ", " + tensor(l.output) + "),\n";
-        else if (std::holds_alternative<firmware::clamp_params>(l.params))
+        else if (std::holds_alternative<firmware::mul_params>(l.params))
+            text += "    fw::layer_of(layer_" + n + ", " + tensor(l.inputs[0]) + ", " + tensor(l.inputs[1]) + ", " +
+                    tensor(l.output) + "),\n";
+        else if (std::holds_alternative<firmware::clamp_params>(l.params) ||
+                 std::holds_alternative<firmware::lookup_params>(l.params))
             text += "    fw::layer_of(layer_" + n + ", tensors[" + tensor(l.output) + "], " + tensor(l.inputs[0]) + ", " +
                     tensor(l.output) + "),\n";
-        else if (std::holds_alternative<flatten_params>(l.params))
-            text += "    fw::flatten_layer(tensors[" + tensor(l.inputs[0]) + "], " + tensor(l.inputs[0]) + ", " +
-                    tensor(l.output) + "),\n";
+        else if (std::holds_alternative<firmware::concat_params>(l.params))
+            text += "    fw::layer_of(layer_" + n + ", tensors, parts_" + n + ", " + tensor(l.output) + "),\n";
+        else if (std::holds_alternative<view_params>(l.params))
+            text += "    fw::reshape_layer(tensors[" + tensor(l.inputs[0]) + "], tensors[" + tensor(l.output) + "], " +
+                    tensor(l.inputs[0]) + ", " + tensor(l.output) + "),\n";
         else if (l.scratch >= 0)
             text += "    fw::with_scratch(fw::layer_of(layer_" + n + ", " + tensor(l.inputs[0]) + ", " + tensor(l.output) +
                     "), " + tensor(l.scratch) + ", fw::scratch_bytes(fw::conv2d_kernel::" + firmware::name(l.kernel) +
@@ -334,7 +384,7 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             text += "static_assert(sizeof weights_" + n + " == " + std::to_string(l.weights.size()) +
                     " && sizeof multipliers_" + n + " / sizeof multipliers_" + n + "[0] == " +
                     std::to_string(l.multipliers.size()) + ", \"" + who + ": parameter arrays of the wrong size\");\n";
-        if (!std::holds_alternative<flatten_params>(l.params))
+        if (!std::holds_alternative<view_params>(l.params))
             text += "static_assert(!plan.tensors[" + tensor(l.output) + "].external, \"" + who +
                     ": writes into the caller's input\");\n";
     }
@@ -391,11 +441,17 @@ inline std::string header_for(const lowered_graph& g, std::string_view namespace
             return "        on_layer(fw::layer_event::" + std::string(event) + ", " + n + ", \"" + l.module + "\");\n";
         };
         text += hook("starts");
-        if (std::holds_alternative<flatten_params>(l.params)) {
-            text += "        // layer " + n + ", " + l.module + ": flatten, the same bytes\n";
-        } else if (std::holds_alternative<firmware::add_params>(l.params)) {
-            text += "        fw::add(detail::layer_" + n + ", " + operand(l.inputs[0]) + ", " + operand(l.inputs[1]) +
-                    ", a + " + place(l.output) + ");" + comment;
+        if (std::holds_alternative<view_params>(l.params)) {
+            text += "        // layer " + n + ", " + l.module + ": reshape, the same bytes\n";
+        } else if (std::holds_alternative<firmware::add_params>(l.params) ||
+                   std::holds_alternative<firmware::mul_params>(l.params)) {
+            text += std::string("        fw::") + kernel_name(l) + "(detail::layer_" + n + ", " + operand(l.inputs[0]) +
+                    ", " + operand(l.inputs[1]) + ", a + " + place(l.output) + ");" + comment;
+        } else if (std::holds_alternative<firmware::concat_params>(l.params)) {
+            std::string parts;
+            for (std::size_t k = 0; k < l.inputs.size(); ++k) parts += (k == 0 ? "" : ", ") + operand(l.inputs[k]);
+            text += "        {\n            const std::int8_t* const parts[] = {" + parts + "};\n            fw::concat(detail::layer_" +
+                    n + ", parts, a + " + place(l.output) + ");" + comment + "        }\n";
         } else {
             std::string scratch;
             if (l.kernel == firmware::conv2d_kernel::conv2d_im2col || l.kernel == firmware::conv2d_kernel::depthwise_conv2d_3x3)

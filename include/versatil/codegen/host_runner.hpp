@@ -53,7 +53,18 @@ inline std::vector<std::int8_t> run_on_host(const lowered_graph& g, std::span<co
                 else if constexpr (std::is_same_v<P, firmware::clamp_params>) firmware::clamp(p, in, out);
                 else if constexpr (std::is_same_v<P, firmware::max_pool2d_params>) firmware::max_pool2d(p, in, out);
                 else if constexpr (std::is_same_v<P, firmware::avg_pool2d_params>) firmware::avg_pool2d(p, in, out);
-                else static_assert(std::is_same_v<P, flatten_params>);  // a view: nothing to run
+                else if constexpr (std::is_same_v<P, firmware::lookup_params>) firmware::lookup(p, in, out);
+                else if constexpr (std::is_same_v<P, firmware::mul_params>) firmware::mul(p, in, read(layer.inputs[1]), out);
+                else if constexpr (std::is_same_v<P, firmware::softmax_params>) firmware::softmax(p, in, out);
+                else if constexpr (std::is_same_v<P, firmware::permute_params>) firmware::permute(p, in, out);
+                else if constexpr (std::is_same_v<P, firmware::pad_params>) firmware::pad(p, in, out);
+                else if constexpr (std::is_same_v<P, firmware::concat_params>) {
+                    const std::int8_t* parts[firmware::max_concat_parts] = {};
+                    for (std::size_t k = 0; k < layer.inputs.size(); ++k) parts[k] = read(layer.inputs[k]);
+                    firmware::concat(p, parts, out);
+                } else {
+                    static_assert(std::is_same_v<P, view_params>);  // a view: nothing to run
+                }
             },
             params);
     }

@@ -39,7 +39,13 @@ enum class op_kind {
     max_pool2d,
     avg_pool2d,         // count_include_pad as the TorchScript op says
     global_avg_pool2d,  // adaptive average pooling to 1x1
-    flatten,            // {c, h, w} -> {c*h*w, 1, 1}: the same bytes
+    flatten,            // any reshape ({c, h, w} -> {c*h*w, 1, 1}, ...): the same bytes
+    lookup,             // elementwise, one input: table[level + 128] (sigmoid, hardswish, ...)
+    mul,                // two inputs; the second output-shaped, per channel {c, 1, 1} or one value
+    softmax,            // over channels; output at scale 1/256, zero point -128
+    concat,             // up to four inputs along `axis`; each requantized to the output by its table
+    permute,            // output axis i is input axis axes[i]
+    pad,                // constant: `before` levels before each axis, pad_level around the input
 };
 
 struct window_2d {
@@ -52,12 +58,21 @@ struct window_2d {
 struct integer_op {
     op_kind kind{};
     std::string module;       // where it came from ("features.3.conv"), for errors and comments
-    std::vector<int> inputs;  // indices into integer_graph::tensors (add: two)
+    std::vector<int> inputs;  // indices into integer_graph::tensors (add, mul: two; concat: up to four)
     int output = -1;
 
     window_2d window{};       // conv2d and pooling
     int groups = 1;           // conv2d
     bool count_include_pad = true;  // avg_pool2d
+    int axis = 0;                   // concat: 0 channels, 1 height, 2 width
+    int axes[3] = {0, 1, 2};        // permute
+    int before[3] = {0, 0, 0};      // pad
+    std::int32_t pad_level = 0;     // pad: the pad value's level (the zero point for 0.0)
+
+    // lookup: the output level of every input level, table[level + 128] (256 entries). concat:
+    // one table per input (empty: the input shares the output's quantization and is copied).
+    std::vector<std::int8_t> table;
+    std::vector<std::vector<std::int8_t>> part_tables;
 
     // conv2d and linear: int8 symmetric weights (zero point 0), one scale per output
     // channel (a per-tensor scale repeated), and the float bias (empty: none).

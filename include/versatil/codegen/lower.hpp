@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -31,11 +32,14 @@
 
 namespace versatil::codegen {
 
-struct flatten_params {};
+// A reshape (flatten, view, squeeze): the same bytes under another shape, no kernel.
+struct view_params {};
 
 using layer_params = std::variant<firmware::conv2d_params, firmware::linear_params, firmware::add_params,
                                   firmware::clamp_params, firmware::max_pool2d_params, firmware::avg_pool2d_params,
-                                  flatten_params>;
+                                  view_params, firmware::lookup_params, firmware::mul_params,
+                                  firmware::softmax_params, firmware::concat_params, firmware::permute_params,
+                                  firmware::pad_params>;
 
 // The order of the model input's levels: channels, height, width (TorchScript's own) or height,
 // width, channels (as cameras and audio front ends deliver them).
@@ -54,6 +58,9 @@ struct lowered_layer {
     std::vector<std::int8_t> weights;  // in the kernel's order
     std::vector<std::int32_t> bias;
     std::vector<math::fixed_point_multiplier> multipliers;
+    std::vector<std::int8_t> table;                     // lookup
+    std::vector<std::vector<std::int8_t>> part_tables;  // concat: per input, empty when copied
+    std::vector<std::uint32_t> exp_table;               // softmax
 };
 
 struct lowered_graph {
@@ -77,6 +84,13 @@ inline layer_params bound(const lowered_layer& layer) {
         fc->weights = layer.weights.data();
         fc->bias = bias;
         fc->multipliers = layer.multipliers.data();
+    } else if (auto* lookup = std::get_if<firmware::lookup_params>(&params)) {
+        lookup->table = layer.table.data();
+    } else if (auto* softmax = std::get_if<firmware::softmax_params>(&params)) {
+        softmax->exp_table = layer.exp_table.data();
+    } else if (auto* concat = std::get_if<firmware::concat_params>(&params)) {
+        for (std::size_t k = 0; k < layer.part_tables.size(); ++k)
+            concat->tables[k] = layer.part_tables[k].empty() ? nullptr : layer.part_tables[k].data();
     }
     return params;
 }
@@ -87,12 +101,17 @@ inline firmware::layer planner_layer(const lowered_layer& l, const lowered_graph
     return std::visit(
         [&](const auto& p) -> firmware::layer {
             using P = std::decay_t<decltype(p)>;
+            const firmware::shape out = g.tensors[static_cast<std::size_t>(l.output)];
             if constexpr (std::is_same_v<P, firmware::add_params>)
-                return firmware::layer_of(p, g.tensors[static_cast<std::size_t>(l.output)], in, l.inputs[1], l.output);
-            else if constexpr (std::is_same_v<P, firmware::clamp_params>)
-                return firmware::layer_of(p, g.tensors[static_cast<std::size_t>(l.output)], in, l.output);
-            else if constexpr (std::is_same_v<P, flatten_params>)
-                return firmware::flatten_layer(g.tensors[static_cast<std::size_t>(in)], in, l.output);
+                return firmware::layer_of(p, out, in, l.inputs[1], l.output);
+            else if constexpr (std::is_same_v<P, firmware::mul_params>)
+                return firmware::layer_of(p, in, l.inputs[1], l.output);
+            else if constexpr (std::is_same_v<P, firmware::clamp_params> || std::is_same_v<P, firmware::lookup_params>)
+                return firmware::layer_of(p, out, in, l.output);
+            else if constexpr (std::is_same_v<P, firmware::concat_params>)
+                return firmware::layer_of(p, g.tensors.data(), l.inputs.data(), l.output);
+            else if constexpr (std::is_same_v<P, view_params>)
+                return firmware::reshape_layer(g.tensors[static_cast<std::size_t>(in)], out, in, l.output);
             else if constexpr (std::is_same_v<P, firmware::conv2d_params>)
                 return l.scratch < 0 ? firmware::layer_of(p, in, l.output)
                                      : firmware::with_scratch(firmware::layer_of(p, in, l.output), l.scratch,
@@ -156,6 +175,38 @@ inline firmware::add_params add_parameters(const activation_tensor& a, const act
             range};
 }
 
+// mul's operands with the output-shaped one first (the product commutes; the kernel broadcasts
+// the second).
+inline firmware::mul_params mul_parameters(std::vector<int>& inputs, const integer_graph& graph,
+                                           const activation_tensor& out, firmware::activation_range range) {
+    if (!(graph.tensors[static_cast<std::size_t>(inputs[0])].shape == out.shape)) std::swap(inputs[0], inputs[1]);
+    const activation_tensor& a = graph.tensors[static_cast<std::size_t>(inputs[0])];
+    const activation_tensor& b = graph.tensors[static_cast<std::size_t>(inputs[1])];
+    return {to_firmware(out.shape), to_firmware(b.shape), -a.zero_point, -b.zero_point, out.zero_point,
+            math::quantize_multiplier(a.scale * b.scale / out.scale), range};
+}
+
+// exp(scale * (x - max)) for the 256 differences max - x, in units of 1/softmax_table_one.
+inline std::vector<std::uint32_t> softmax_exp_table(const activation_tensor& in) {
+    const double one = firmware::softmax_table_one(in.shape.channels);
+    std::vector<std::uint32_t> table;
+    for (int difference = 0; difference < firmware::lookup_table_size; ++difference)
+        table.push_back(static_cast<std::uint32_t>(std::lround(std::exp(-in.scale * difference) * one)));
+    return table;
+}
+
+// A concat's runs: along channels one per part, along height one per channel, along width one
+// per row (firmware/data_movement/concat.hpp).
+inline firmware::concat_params concat_parameters(const integer_op& op, const integer_graph& graph) {
+    const tensor_shape& out = graph.tensors[static_cast<std::size_t>(op.output)].shape;
+    firmware::concat_params p;
+    p.parts = static_cast<int>(op.inputs.size());
+    p.outer = op.axis == 0 ? 1 : (op.axis == 1 ? out.channels : out.channels * out.height);
+    for (std::size_t k = 0; k < op.inputs.size(); ++k)
+        p.run[k] = graph.tensors[static_cast<std::size_t>(op.inputs[k])].shape.elements() / p.outer;
+    return p;
+}
+
 inline firmware::activation_range* range_of(layer_params& params) {
     return std::visit(
         [](auto& p) -> firmware::activation_range* {
@@ -196,7 +247,12 @@ inline lowered_graph lower(const integer_graph& graph, input_layout layout = inp
         const activation_tensor& in = graph.tensors[static_cast<std::size_t>(op.inputs[0])];
         const activation_tensor& out = graph.tensors[static_cast<std::size_t>(op.output)];
         const firmware::shape in_shape = to_firmware(in.shape), out_shape = to_firmware(out.shape);
-        lowered_layer layer{op.module, op.kind, {}, op.inputs, op.output, flatten_params{}, firmware::conv2d_kernel::conv2d, firmware::linear_kernel::linear, -1, {}, {}, {}};
+        lowered_layer layer;
+        layer.module = op.module;
+        layer.source = op.kind;
+        layer.inputs = op.inputs;
+        layer.output = op.output;
+        layer.params = view_params{};  // a reshape's; the other kinds set their own
         switch (op.kind) {
             case op_kind::conv2d:
                 detail::lower_weighted(op, in, out, layer);
@@ -240,6 +296,28 @@ inline lowered_graph lower(const integer_graph& graph, input_layout layout = inp
                 layer.params = firmware::global_avg_pool2d(in_shape, in.zero_point, detail::fused_relu(op, out));
                 break;
             case op_kind::flatten:
+                break;
+            case op_kind::lookup:
+                layer.table = op.table;
+                layer.params = firmware::lookup_params{out.shape.elements()};
+                break;
+            case op_kind::mul:
+                layer.params = detail::mul_parameters(layer.inputs, graph, out, detail::fused_relu(op, out));
+                break;
+            case op_kind::softmax:
+                layer.exp_table = detail::softmax_exp_table(in);
+                layer.params = firmware::softmax_params{in_shape};
+                break;
+            case op_kind::concat:
+                layer.part_tables = op.part_tables;
+                layer.params = detail::concat_parameters(op, graph);
+                break;
+            case op_kind::permute:
+                layer.params = firmware::permute_params{in_shape, out_shape, {op.axes[0], op.axes[1], op.axes[2]}};
+                break;
+            case op_kind::pad:
+                layer.params = firmware::pad_params{in_shape, out_shape, {op.before[0], op.before[1], op.before[2]},
+                                                    static_cast<std::int8_t>(op.pad_level)};
                 break;
         }
         // Channel-last and channel-first are the same bytes when the input has no plane.
@@ -295,12 +373,15 @@ inline lowered_graph lower(const integer_graph& graph, input_layout layout = inp
     return lowered;
 }
 
-// Bytes of the parameter arrays a header holds: int8 weights, int32 biases, and one
-// multiplier-and-shift pair (8 bytes) per output channel.
+// Bytes of the parameter arrays a header holds: int8 weights, int32 biases, one
+// multiplier-and-shift pair (8 bytes) per output channel, and the ops' tables.
 inline std::size_t parameter_bytes(const lowered_graph& g) noexcept {
     std::size_t bytes = 0;
-    for (const lowered_layer& l : g.layers)
-        bytes += l.weights.size() + 4 * l.bias.size() + sizeof(math::fixed_point_multiplier) * l.multipliers.size();
+    for (const lowered_layer& l : g.layers) {
+        bytes += l.weights.size() + 4 * l.bias.size() + sizeof(math::fixed_point_multiplier) * l.multipliers.size() +
+                 l.table.size() + 4 * l.exp_table.size();
+        for (const std::vector<std::int8_t>& table : l.part_tables) bytes += table.size();
+    }
     return bytes;
 }
 

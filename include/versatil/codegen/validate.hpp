@@ -11,7 +11,13 @@
 #include <vector>
 
 #include "versatil/codegen/integer_graph.hpp"
+#include "versatil/firmware/data_movement/concat.hpp"
+#include "versatil/firmware/data_movement/pad.hpp"
+#include "versatil/firmware/data_movement/permute.hpp"
 #include "versatil/firmware/dot.hpp"
+#include "versatil/firmware/elementwise/lookup.hpp"
+#include "versatil/firmware/elementwise/mul.hpp"
+#include "versatil/firmware/elementwise/softmax.hpp"
 #include "versatil/firmware/shape.hpp"
 
 namespace versatil::codegen {
@@ -26,6 +32,12 @@ inline const char* op_kind_name(op_kind kind) noexcept {
         case op_kind::avg_pool2d: return "avg_pool2d";
         case op_kind::global_avg_pool2d: return "global_avg_pool2d";
         case op_kind::flatten: return "flatten";
+        case op_kind::lookup: return "lookup";
+        case op_kind::mul: return "mul";
+        case op_kind::softmax: return "softmax";
+        case op_kind::concat: return "concat";
+        case op_kind::permute: return "permute";
+        case op_kind::pad: return "pad";
     }
     return "unknown op";
 }
@@ -110,9 +122,14 @@ inline void validate(const integer_graph& graph) {
     written[static_cast<std::size_t>(graph.input)] = true;
     for (std::size_t i = 0; i < graph.ops.size(); ++i) {
         const integer_op& op = graph.ops[i];
-        const std::size_t arity = op.kind == op_kind::add ? 2 : 1;
-        if (op.inputs.size() != arity)
+        if (op.kind == op_kind::concat) {
+            if (op.inputs.empty() || op.inputs.size() > static_cast<std::size_t>(firmware::max_concat_parts))
+                reject(i, op, std::to_string(op.inputs.size()) + " inputs, expected 1 to " +
+                                  std::to_string(firmware::max_concat_parts));
+        } else if (const std::size_t arity = op.kind == op_kind::add || op.kind == op_kind::mul ? 2 : 1;
+                   op.inputs.size() != arity) {
             reject(i, op, std::to_string(op.inputs.size()) + " inputs, expected " + std::to_string(arity));
+        }
         for (int t : op.inputs) {
             if (!valid(t)) reject(i, op, "input tensor " + std::to_string(t) + " does not exist");
             if (!written[static_cast<std::size_t>(t)])
@@ -125,7 +142,9 @@ inline void validate(const integer_graph& graph) {
 
         const activation_tensor& in = graph.tensors[static_cast<std::size_t>(op.inputs[0])];
         const activation_tensor& out = graph.tensors[static_cast<std::size_t>(op.output)];
-        const bool has_range = op.kind != op_kind::flatten && op.kind != op_kind::clamp;
+        const bool has_range = op.kind == op_kind::conv2d || op.kind == op_kind::linear || op.kind == op_kind::add ||
+                               op.kind == op_kind::mul || op.kind == op_kind::max_pool2d ||
+                               op.kind == op_kind::avg_pool2d || op.kind == op_kind::global_avg_pool2d;
         if (op.relu && !has_range) reject(i, op, "a fused relu on an op without an output range");
         switch (op.kind) {
             case op_kind::conv2d: {
@@ -172,12 +191,70 @@ inline void validate(const integer_graph& graph) {
                     reject(i, op, "output " + describe(out.shape) + " is not {" + std::to_string(in.shape.channels) + ", 1, 1}");
                 break;
             case op_kind::flatten:
-                if (!(out.shape == tensor_shape{in.shape.elements(), 1, 1}))
-                    reject(i, op, "output " + describe(out.shape) + " is not {" + std::to_string(in.shape.elements()) + ", 1, 1}");
+                if (out.shape.elements() != in.shape.elements())
+                    reject(i, op, "output " + describe(out.shape) + " does not hold the " +
+                                      std::to_string(in.shape.elements()) + " levels of input " + describe(in.shape));
                 break;
+            case op_kind::lookup:
+                if (!(in.shape == out.shape)) reject(i, op, "input " + describe(in.shape) + " and output " + describe(out.shape) + " differ");
+                if (op.table.size() != static_cast<std::size_t>(firmware::lookup_table_size))
+                    reject(i, op, std::to_string(op.table.size()) + " table entries, expected 256");
+                break;
+            case op_kind::mul: {
+                const activation_tensor& other = graph.tensors[static_cast<std::size_t>(op.inputs[1])];
+                // Either operand may be the broadcast one: lower() puts the output-shaped one first.
+                firmware::mul_params shapes;
+                shapes.output = to_firmware(out.shape);
+                shapes.input2 = to_firmware(in.shape == out.shape ? other.shape : in.shape);
+                if (!(in.shape == out.shape || other.shape == out.shape) || !firmware::broadcastable(shapes))
+                    reject(i, op, "inputs " + describe(in.shape) + " and " + describe(other.shape) + " and output " +
+                                      describe(out.shape) + ": one must be the output's shape, the other that, one "
+                                      "value per channel or one value");
+                break;
+            }
+            case op_kind::softmax:
+                if (!(in.shape == out.shape)) reject(i, op, "input " + describe(in.shape) + " and output " + describe(out.shape) + " differ");
+                if (out.scale != firmware::softmax_output_scale || out.zero_point != firmware::softmax_output_zero_point)
+                    reject(i, op, "output quantization is not scale 1/256, zero point -128");
+                break;
+            case op_kind::concat: {
+                if (op.axis < 0 || op.axis > 2) reject(i, op, "axis " + std::to_string(op.axis) + " (0, 1 or 2: channels, height, width)");
+                if (op.part_tables.size() != op.inputs.size()) reject(i, op, "one table (or none) per input is needed");
+                int along = 0;
+                for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+                    const tensor_shape& part = graph.tensors[static_cast<std::size_t>(op.inputs[k])].shape;
+                    const int extents[] = {part.channels, part.height, part.width};
+                    const int out_extents[] = {out.shape.channels, out.shape.height, out.shape.width};
+                    for (int a = 0; a < 3; ++a)
+                        if (a != op.axis && extents[a] != out_extents[a])
+                            reject(i, op, "input " + describe(part) + " does not fit output " + describe(out.shape));
+                    along += extents[op.axis];
+                    if (!op.part_tables[k].empty() && op.part_tables[k].size() != static_cast<std::size_t>(firmware::lookup_table_size))
+                        reject(i, op, "input " + std::to_string(k) + "'s table has " + std::to_string(op.part_tables[k].size()) + " entries, expected 256");
+                }
+                const int out_extents[] = {out.shape.channels, out.shape.height, out.shape.width};
+                if (along != out_extents[op.axis]) reject(i, op, "the inputs do not add up to output " + describe(out.shape));
+                break;
+            }
+            case op_kind::pad: {
+                const firmware::pad_params p{to_firmware(in.shape), to_firmware(out.shape),
+                                             {op.before[0], op.before[1], op.before[2]}, 0};
+                if (!firmware::padding_fits(p) || op.pad_level < -128 || op.pad_level > 127)
+                    reject(i, op, "padding does not take " + describe(in.shape) + " to " + describe(out.shape) +
+                                      " with an int8 pad level");
+                break;
+            }
+            case op_kind::permute: {
+                const firmware::permute_params p{to_firmware(in.shape), to_firmware(out.shape), {op.axes[0], op.axes[1], op.axes[2]}};
+                if (!firmware::axes_match(p))
+                    reject(i, op, "axes {" + std::to_string(op.axes[0]) + ", " + std::to_string(op.axes[1]) + ", " +
+                                      std::to_string(op.axes[2]) + "} do not take " + describe(in.shape) + " to " + describe(out.shape));
+                break;
+            }
         }
         const bool keeps_quantization = op.kind == op_kind::max_pool2d || op.kind == op_kind::avg_pool2d ||
-                                        op.kind == op_kind::global_avg_pool2d || op.kind == op_kind::flatten;
+                                        op.kind == op_kind::global_avg_pool2d || op.kind == op_kind::flatten ||
+                                        op.kind == op_kind::permute || op.kind == op_kind::pad;
         if (keeps_quantization && !detail::same_quantization(in, out))
             reject(i, op, "output quantization differs from the input's (LibTorch's quantized pooling and views keep it)");
     }

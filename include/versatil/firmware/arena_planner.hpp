@@ -62,6 +62,7 @@ struct planner_slot {
     // limit): the block's first member (kept in the block's slot), the next member of the
     // same block, the next tensor placed before this one (-1 ends a list).
     int first_member = -1, next_member = -1, next_placed = -1;
+    int next_conflict = -1;  // while a block is placed: the next placed tensor alive during its lifetime
 };
 
 namespace detail {
@@ -83,9 +84,16 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
             if (slots[l.inputs[k]].last < i) slots[l.inputs[k]].last = i;
     }
     if (output >= 0 && output != input) slots[output].last = steps;  // read by the final copy
+    // While blocks form, each tensor is the one member of its own until a layer joins it to another.
+    for (int t = 0; t < count; ++t) slots[t].first_member = t;
+    const auto join = [&](int t, int block) {
+        slots[t].block = block;
+        slots[t].next_member = slots[block].first_member;
+        slots[block].first_member = t;
+    };
     const auto dies_here = [&](int block, int step) {
-        for (int t = 0; t < count; ++t)
-            if (slots[t].block == block && slots[t].first <= step && slots[t].last > step) return false;
+        for (int t = slots[block].first_member; t >= 0; t = slots[t].next_member)
+            if (slots[t].first <= step && slots[t].last > step) return false;
         return true;
     };
     const int external = input >= 0 ? input : -1;
@@ -93,7 +101,7 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
         const layer& l = layers[i];
         planner_slot& out = slots[l.output];
         if (l.alias == aliasing::view) {
-            out.block = slots[l.inputs[0]].block;
+            join(l.output, slots[l.inputs[0]].block);
             out.relative = slots[l.inputs[0]].relative;
             continue;
         }
@@ -101,9 +109,11 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
         const int candidates = l.alias == aliasing::elementwise ? l.input_count() : 1;
         for (int k = 0; k < candidates; ++k) {
             const planner_slot& in = slots[l.inputs[k]];
-            if (in.block == external || !dies_here(in.block, i)) continue;
-            out.block = in.block;
+            // A broadcast input (mul's per-channel gate) is smaller than the output it would hold.
+            const bool broadcast = l.alias == aliasing::elementwise && !(l.input_shapes[k] == l.output_shape);
+            if (in.block == external || broadcast || !dies_here(in.block, i)) continue;
             out.relative = in.relative - (l.alias == aliasing::windowed ? l.lag : 0);
+            join(l.output, in.block);
             break;
         }
     }
@@ -114,6 +124,7 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
         slots[t].block_first = slots[t].first;
         slots[t].block_last = slots[t].last;
     }
+    for (int t = 0; t < count; ++t) slots[t].first_member = slots[t].next_member = -1;  // in tensor order below
     for (int t = count - 1; t >= 0; --t) {
         planner_slot& b = slots[slots[t].block];
         slots[t].next_member = b.first_member;
@@ -155,10 +166,17 @@ constexpr std::size_t place(std::span<planner_slot> slots, int blocks) noexcept 
     std::size_t arena = 0;
     for (int n = 0; n < blocks; ++n) {
         const int b = slots[n].order;
+        // Only placed tensors alive during the block's lifetime can be in its way.
+        int conflicts = -1;
+        for (int p = placed; p >= 0; p = slots[p].next_placed) {
+            if (!overlaps(slots[b].block_first, slots[b].block_last, slots[p].first, slots[p].last)) continue;
+            slots[p].next_conflict = conflicts;
+            conflicts = p;
+        }
         const auto fits = [&](std::size_t offset) {
             for (int m = slots[b].first_member; m >= 0; m = slots[m].next_member) {
                 const std::size_t begin = offset + static_cast<std::size_t>(slots[m].relative - slots[b].block_begin);
-                for (int p = placed; p >= 0; p = slots[p].next_placed) {
+                for (int p = conflicts; p >= 0; p = slots[p].next_conflict) {
                     if (!overlaps(slots[m].first, slots[m].last, slots[p].first, slots[p].last)) continue;
                     const std::size_t other = address(slots, p);
                     if (begin < other + slots[p].bytes && other < begin + slots[m].bytes) return false;
@@ -166,11 +184,15 @@ constexpr std::size_t place(std::span<planner_slot> slots, int blocks) noexcept 
             }
             return true;
         };
+        // The lowest offset that fits is 0 or puts a member just above a placed tensor alive with
+        // it (any lower and they would meet): only those pairs are candidates, which keeps a
+        // hundred-tensor model's plan within the compiler's constant-evaluation budget.
         std::size_t best = 0;
         bool found = fits(0);
-        for (int p = placed; p >= 0; p = slots[p].next_placed) {
+        for (int p = conflicts; p >= 0; p = slots[p].next_conflict) {
             const std::size_t above = address(slots, p) + slots[p].bytes;
             for (int m = slots[b].first_member; m >= 0; m = slots[m].next_member) {
+                if (!overlaps(slots[m].first, slots[m].last, slots[p].first, slots[p].last)) continue;
                 const auto lift = static_cast<std::size_t>(slots[m].relative - slots[b].block_begin);
                 if (above < lift) continue;
                 const std::size_t candidate = above - lift;
@@ -228,11 +250,12 @@ constexpr std::size_t live_set_bound(std::span<planner_slot> slots, int input, i
     for (int i = 0; i < steps; ++i) {
         std::size_t live = 0;
         for (int b = 0; b < static_cast<int>(slots.size()); ++b) {
-            if (!in_arena(slots, b, input)) continue;
+            if (!in_arena(slots, b, input) || slots[b].block_first > i || slots[b].block_last < i) continue;
             std::ptrdiff_t begin = 0, end = 0;
             bool any = false;
-            for (const planner_slot& t : slots) {
-                if (t.block != b || t.first > i || t.last < i) continue;
+            for (int m = slots[b].first_member; m >= 0; m = slots[m].next_member) {  // the block's tensors
+                const planner_slot& t = slots[m];
+                if (t.first > i || t.last < i) continue;
                 const std::ptrdiff_t t_end = t.relative + static_cast<std::ptrdiff_t>(t.bytes);
                 if (!any || t.relative < begin) begin = t.relative;
                 if (!any || t_end > end) end = t_end;

@@ -5,11 +5,16 @@
 // (versatil::codegen) turns the result into a compile-time C++ model.
 //
 // Exported: quantize_per_tensor of the input, quantized::conv2d / conv2d_relu (stride,
-// padding, dilation, groups: depthwise included), quantized::linear / linear_relu,
-// quantized::add / add_relu, relu / hardtanh (ReLU6) / clamp, max_pool2d, avg_pool2d,
-// adaptive_avg_pool2d (to 1x1, or by a whole factor), flatten / view / reshape to one row,
-// contiguous and eval-mode dropout (no-ops), and the dequantize of the one output. Anything
-// else is an error(unsupported_export) naming the op and the module it comes from.
+// padding, dilation, groups: depthwise included) and conv1d (a conv2d of height 1),
+// quantized::linear / linear_relu, quantized::add / add_relu, quantized::mul / mul_relu (the
+// second operand may be broadcast per channel: squeeze-and-excite), quantized::cat, relu /
+// hardtanh (ReLU6) / clamp, the elementwise ops of one input that LibTorch runs on int8
+// (sigmoid, hardsigmoid, hardswish, tanh, leaky_relu, elu, a scalar add or mul: lookup tables
+// LibTorch's own op fills at export), max_pool2d, avg_pool2d, adaptive_avg_pool2d (to 1x1, or
+// by a whole factor), flatten / view / reshape / squeeze / unsqueeze (views), permute /
+// transpose, contiguous and eval-mode dropout (no-ops), the dequantize of the one output and
+// a softmax over its channels after it. Anything else is an error(unsupported_export) naming
+// the op and the module it comes from.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -19,6 +24,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -28,6 +34,10 @@
 #include <vector>
 
 #include "versatil/codegen/integer_graph.hpp"
+#include "versatil/codegen/validate.hpp"
+#include "versatil/firmware/data_movement/concat.hpp"
+#include "versatil/firmware/elementwise/lookup.hpp"
+#include "versatil/firmware/elementwise/softmax.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/pipeline/batch.hpp"
 #include "versatil/libtorch/pipeline/engine.hpp"
@@ -186,18 +196,25 @@ private:
         const std::int64_t offset = tensor.scalar_type() == c10::kQUInt8 ? 128 : 0;
         if (tensor.scalar_type() != c10::kQUInt8 && tensor.scalar_type() != c10::kQInt8)
             unsupported(node, module, "produces a " + std::string(c10::toString(tensor.scalar_type())) + " tensor; activations are 8-bit");
+        return {shape_of_sizes(tensor.sizes(), node, module), tensor.q_scale(),
+                static_cast<std::int32_t>(tensor.q_zero_point() - offset)};
+    }
+
+    // A tensor's shape as the firmware holds it (activation()'s rule).
+    codegen::tensor_shape shape_of_sizes(c10::IntArrayRef sizes, const Node* node, const std::string& module) const {
         codegen::tensor_shape shape;
-        const auto sizes = tensor.sizes();
         if (sizes.empty() || sizes[0] != 1)
             unsupported(node, module, "produces a tensor of shape " + c10::str(sizes) + "; firmware runs batch 1");
         if (sizes.size() == 4)
             shape = {static_cast<int>(sizes[1]), static_cast<int>(sizes[2]), static_cast<int>(sizes[3])};
+        else if (sizes.size() == 3)
+            shape = {static_cast<int>(sizes[1]), 1, static_cast<int>(sizes[2])};  // [1, C, L]: a row of height 1
         else if (sizes.size() == 2)
             shape = {static_cast<int>(sizes[1]), 1, 1};
         else
             unsupported(node, module, "produces a tensor of shape " + c10::str(sizes) +
-                                          "; firmware tensors are images [1, C, H, W] or rows [1, F]");
-        return {shape, tensor.q_scale(), static_cast<std::int32_t>(tensor.q_zero_point() - offset)};
+                                          "; firmware tensors are images [1, C, H, W], sequences [1, C, L] or rows [1, F]");
+        return shape;
     }
 
     int add_tensor(const Value* value, const Node* node, const std::string& module) {
@@ -228,7 +245,90 @@ private:
 
     // The output is the same tensor (a no-op for the export); in-place ops alias their input.
     void alias(const Node* node, const std::string& module) {
-        tensor_of_[node->output()] = input_tensor(node, 0, module);
+        if (const auto island = dequantized_.find(node->input(0)); island != dequantized_.end())
+            dequantized_[node->output()] = island->second;
+        else
+            tensor_of_[node->output()] = input_tensor(node, 0, module);
+    }
+
+    // LibTorch's graph mode runs the ops it has no int8 kernel for in float between a dequantize
+    // and a quantize_per_tensor (a Dropout(inplace=True), an F.pad). Where those ops only move
+    // values, the float tensor is still an int8 tensor's exact dequantization: an island the
+    // export keeps in int8, its tensors quantized as the one it came from.
+    bool on_island(const Node* node) const { return dequantized_.contains(node->input(0)); }
+
+    // The int8 tensor input 0 holds (on an island, the one it is the dequantization of).
+    int source_tensor(const Node* node, const std::string& module) const {
+        const auto island = dequantized_.find(node->input(0));
+        return island != dequantized_.end() ? island->second : input_tensor(node, 0, module);
+    }
+
+    // emit(), for an op on an island: its output quantized as its input, its float value the
+    // island's from here on.
+    codegen::integer_op& emit_on_island(codegen::op_kind kind, const Node* node, const std::string& module, int input) {
+        const codegen::activation_tensor& from = result_.tensors.at(static_cast<std::size_t>(input));
+        codegen::integer_op op;
+        op.kind = kind;
+        op.module = module;
+        op.inputs = {input};
+        result_.tensors.push_back({shape_of_sizes(computed(node->output()).toTensor().sizes(), node, module), from.scale,
+                                   from.zero_point});
+        op.output = static_cast<int>(result_.tensors.size()) - 1;
+        dequantized_[node->output()] = op.output;
+        result_.ops.push_back(std::move(op));
+        return result_.ops.back();
+    }
+
+    codegen::integer_op& emit_moving(codegen::op_kind kind, const Node* node, const std::string& module) {
+        const int input = source_tensor(node, module);
+        return on_island(node) ? emit_on_island(kind, node, module, input) : emit(kind, node, module, {input});
+    }
+
+    // quantize_per_tensor of an island's value: the same tensor when the quantization is the
+    // island's, else a requantization by the table LibTorch's dequantize and quantize give.
+    void leave_island(const Node* node, const std::string& module) {
+        const int input = dequantized_.at(node->input(0));
+        const codegen::activation_tensor out = activation(node->output(), node, module);
+        const codegen::activation_tensor& in = result_.tensors.at(static_cast<std::size_t>(input));
+        if (codegen::detail::same_quantization(in, out) && out.shape == in.shape) {
+            tensor_of_[node->output()] = input;
+            return;
+        }
+        const at::Tensor& like = computed(node->output()).toTensor();
+        const at::Tensor levels = every_level(at::_make_per_tensor_quantized_tensor(
+            at::zeros({1, 1}, like.scalar_type() == c10::kQUInt8 ? at::kByte : at::kChar), in.scale,
+            in.zero_point + (like.scalar_type() == c10::kQUInt8 ? 128 : 0)));
+        const at::Tensor requantized = at::quantize_per_tensor(levels.dequantize(), like.q_scale(), like.q_zero_point(),
+                                                               like.scalar_type());
+        codegen::integer_op& op = emit(codegen::op_kind::lookup, node, module, {input});
+        op.table = int8_levels(requantized);
+    }
+
+    // F.pad / constant_pad_nd with a constant on the value's grid (0.0: the zero point).
+    void pad(const Node* node, const std::string& module) {
+        const std::vector<std::int64_t> amounts = computed(node->input(1)).toIntVector();
+        double value = 0.0;
+        if (node->kind() == c10::aten::constant_pad_nd) {
+            value = computed(node->input(2)).toScalar().toDouble();
+        } else {
+            if (computed(node->input(2)).toStringRef() != "constant")
+                unsupported(node, module, "pads in mode '" + computed(node->input(2)).toStringRef() + "'; firmware pads with a constant");
+            if (node->inputs().size() > 3 && !computed(node->input(3)).isNone())
+                value = computed(node->input(3)).toDouble();
+        }
+        const std::int64_t rank = computed(node->input(0)).toTensor().dim();
+        codegen::integer_op& op = emit_moving(codegen::op_kind::pad, node, module);
+        const codegen::activation_tensor& in = result_.tensors.at(static_cast<std::size_t>(op.inputs[0]));
+        for (std::size_t i = 0; i + 1 < amounts.size() && i / 2 < static_cast<std::size_t>(rank); i += 2) {
+            const int axis = chw_axis(rank, rank - 1 - static_cast<std::int64_t>(i / 2));
+            if (amounts[i] < 0 || amounts[i + 1] < 0) unsupported(node, module, "pads by a negative amount (a crop)");
+            if (axis < 0 && (amounts[i] != 0 || amounts[i + 1] != 0)) unsupported(node, module, "pads the batch");
+            if (axis >= 0) op.before[axis] = static_cast<int>(amounts[i]);
+        }
+        const double level = value / in.scale + in.zero_point;
+        if (level != std::nearbyint(level) || level < -128 || level > 127)
+            unsupported(node, module, "pads with " + std::to_string(value) + ", which is not a level of its int8 input");
+        op.pad_level = static_cast<std::int32_t>(level);
     }
 
     void weights(codegen::integer_op& op, const at::Tensor& weight, const c10::IValue& bias, const Node* node,
@@ -374,21 +474,160 @@ private:
         check_shape(op, {in.channels, out_h, out_w}, node);
     }
 
-    // flatten, view and reshape to one row per sample: the same bytes, in C, H, W order.
-    void to_row(const Node* node, const std::string& module) {
-        const int input = input_tensor(node, 0, module);
-        const codegen::tensor_shape in = shape_of(input);
-        const at::Tensor& output = computed(node->output()).toTensor();
-        const bool same = output.sizes().size() == 4 && output.size(1) == in.channels && output.size(2) == in.height &&
-                          output.size(3) == in.width;
-        if (same || (in.height == 1 && in.width == 1 && output.dim() == 2 && output.size(1) == in.channels)) {
+    // flatten, view, reshape, squeeze, unsqueeze: the same bytes in C, H, W order under another
+    // shape (a view of batch 1); one of the same shape is the same tensor.
+    void view(const Node* node, const std::string& module) {
+        const int input = source_tensor(node, module);
+        if (shape_of_sizes(computed(node->output()).toTensor().sizes(), node, module) == shape_of(input)) {
             alias(node, module);
             return;
         }
-        if (output.dim() != 2 || output.size(0) != 1 || output.size(1) != in.elements())
-            unsupported(node, module, "reshapes " + describe(in) + " to " + c10::str(output.sizes()) +
-                                          "; firmware flattens to one row only");
-        check_shape(emit(codegen::op_kind::flatten, node, module, {input}), {in.elements(), 1, 1}, node);
+        emit_moving(codegen::op_kind::flatten, node, module);
+    }
+
+    // The axis of a firmware shape (0 channels, 1 height, 2 width) that dimension `dim` of a
+    // tensor of `rank` dimensions is (activation()'s mapping); -1 for the batch.
+    static int chw_axis(std::int64_t rank, std::int64_t dim) {
+        if (dim < 0) dim += rank;
+        if (dim <= 0 || dim >= rank) return -1;
+        if (rank == 4) return static_cast<int>(dim) - 1;
+        return dim == 1 ? 0 : 2;  // [1, C, L] and [1, F]
+    }
+
+    // permute / transpose (then contiguous): a copy in the new order. Unit axes a firmware shape
+    // adds (the height of [1, C, L]) stay where they are.
+    void permute(const Node* node, const std::string& module, const std::vector<std::int64_t>& dims) {
+        const auto rank = static_cast<std::int64_t>(dims.size());
+        codegen::integer_op& op = emit_moving(codegen::op_kind::permute, node, module);
+        op.axes[0] = 0, op.axes[1] = 1, op.axes[2] = 2;
+        for (std::int64_t j = 0; j < rank; ++j) {
+            const int to = chw_axis(rank, j), from = chw_axis(rank, dims[static_cast<std::size_t>(j)]);
+            if ((to < 0) != (from < 0)) unsupported(node, module, "moves the batch dimension; firmware runs batch 1");
+            if (to >= 0) op.axes[to] = from;
+        }
+    }
+
+    std::vector<std::int64_t> permutation(const Node* node, const std::string& module) const {
+        const std::int64_t rank = computed(node->input(0)).toTensor().dim();
+        if (node->kind().toQualString() == std::string_view("aten::permute")) return computed(node->input(1)).toIntVector();
+        std::vector<std::int64_t> dims;
+        for (std::int64_t d = 0; d < rank; ++d) dims.push_back(d);
+        std::int64_t a = computed(node->input(1)).toInt(), b = computed(node->input(2)).toInt();
+        if (a < 0) a += rank;
+        if (b < 0) b += rank;
+        if (a < 0 || b < 0 || a >= rank || b >= rank) unsupported(node, module, "transposes a dimension it does not have");
+        std::swap(dims[static_cast<std::size_t>(a)], dims[static_cast<std::size_t>(b)]);
+        return dims;
+    }
+
+    // A tensor holding every level of `like`'s type once, with its quantization, shaped
+    // [1, 256, 1, ...] to its rank: what an elementwise op's table is computed from.
+    static at::Tensor every_level(const at::Tensor& like) {
+        std::vector<std::int64_t> sizes(static_cast<std::size_t>(like.dim()), 1);
+        sizes.at(1) = firmware::lookup_table_size;
+        const bool unsigned_levels = like.scalar_type() == c10::kQUInt8;
+        const at::Tensor levels = at::arange(unsigned_levels ? 0 : -128, unsigned_levels ? 256 : 128, at::kInt)
+                                      .to(unsigned_levels ? at::kByte : at::kChar)
+                                      .reshape(sizes);
+        return at::_make_per_tensor_quantized_tensor(levels, like.q_scale(), like.q_zero_point());
+    }
+
+    // The int8 levels of a quantized tensor of 256 elements (quint8 less 128).
+    static std::vector<std::int8_t> int8_levels(const at::Tensor& tensor) {
+        const std::int64_t offset = tensor.scalar_type() == c10::kQUInt8 ? 128 : 0;
+        const at::Tensor values = tensor.int_repr().to(at::kInt).flatten().contiguous();
+        std::vector<std::int8_t> levels;
+        for (std::int64_t i = 0; i < values.numel(); ++i)
+            levels.push_back(static_cast<std::int8_t>(values.data_ptr<std::int32_t>()[i] - offset));
+        return levels;
+    }
+
+    // An elementwise op of one int8 input as a table: the op itself (LibTorch's kernel, under the
+    // model's engine) run on every level, so the firmware gives LibTorch's bytes by construction.
+    // The sample the export probed must agree with the table, else the op is not elementwise.
+    void lookup(const Node* node, const std::string& module) {
+        const int input = input_tensor(node, 0, module);
+        const at::Tensor& x = computed(node->input(0)).toTensor();
+        std::vector<c10::IValue> stack{every_level(x)};
+        for (std::size_t i = 1; i < node->inputs().size(); ++i) stack.push_back(computed(node->input(i)));
+        node->getOperation()(stack);
+        const at::Tensor& y = stack.back().toTensor();
+        if (!y.is_quantized() || y.numel() != firmware::lookup_table_size)
+            unsupported(node, module, "does not give one int8 level per input level");
+        const bool in_place = std::string_view(node->kind().toQualString()).ends_with("_");
+        codegen::integer_op& op = emit(codegen::op_kind::lookup, node, module, {input});
+        op.table = int8_levels(y);
+        const codegen::activation_tensor& out = result_.tensors.at(static_cast<std::size_t>(op.output));
+        if (out.scale != y.q_scale() || out.zero_point != y.q_zero_point() - (y.scalar_type() == c10::kQUInt8 ? 128 : 0))
+            unsupported(node, module, "quantizes its output by its input's values (not elementwise by level)");
+        if (!in_place) {  // an in-place op's probed input is its output already
+            const std::vector<std::int8_t> in = int8_levels(x), sample = int8_levels(computed(node->output()).toTensor());
+            for (std::size_t i = 0; i < in.size(); ++i)
+                if (sample[i] != op.table[static_cast<std::size_t>(in[i] + 128)])
+                    unsupported(node, module, "is not elementwise by level: its table disagrees with the probed sample");
+        }
+        check_shape(op, shape_of(input), node);
+        if (in_place) tensor_of_[node->input(0)] = op.output;
+    }
+
+    void mul(const Node* node, const std::string& module, bool relu) {
+        emit(codegen::op_kind::mul, node, module, {input_tensor(node, 0, module), input_tensor(node, 1, module)}).relu = relu;
+    }
+
+    // quantized::cat(tensors, dim, scale, zero_point): each part requantized to the output by a
+    // table LibTorch's cat fills (the part alone, every level), or copied when it shares the
+    // output's quantization.
+    void concat(const Node* node, const std::string& module) {
+        const Node* list = node->input(0)->node();
+        if (list->kind() != c10::prim::ListConstruct)
+            unsupported(node, module, "concatenates a list the graph does not build in place");
+        const std::size_t parts = list->inputs().size();
+        if (parts == 0 || parts > static_cast<std::size_t>(firmware::max_concat_parts))
+            unsupported(node, module, "concatenates " + std::to_string(parts) + " tensors; firmware takes 1 to " +
+                                          std::to_string(firmware::max_concat_parts));
+        std::vector<int> inputs;
+        for (std::size_t k = 0; k < parts; ++k) inputs.push_back(input_tensor(list, k, module));
+        const at::Tensor& first = computed(list->input(0)).toTensor();
+        const int axis = chw_axis(first.dim(), computed(node->input(1)).toInt());
+        if (axis < 0) unsupported(node, module, "concatenates along the batch; firmware runs batch 1");
+        codegen::integer_op& op = emit(codegen::op_kind::concat, node, module, inputs);
+        op.axis = axis;
+        const codegen::activation_tensor& out = result_.tensors.at(static_cast<std::size_t>(op.output));
+        for (std::size_t k = 0; k < parts; ++k) {
+            const codegen::activation_tensor& part = result_.tensors.at(static_cast<std::size_t>(inputs[k]));
+            if (codegen::detail::same_quantization(part, out)) {
+                op.part_tables.emplace_back();
+                continue;
+            }
+            std::vector<c10::IValue> stack{c10::List<at::Tensor>({every_level(computed(list->input(k)).toTensor())})};
+            for (std::size_t i = 1; i < node->inputs().size(); ++i) stack.push_back(computed(node->input(i)));
+            node->getOperation()(stack);
+            op.part_tables.push_back(int8_levels(stack.back().toTensor()));
+        }
+    }
+
+    // A softmax over the channels of the model's dequantized output: exported as int8 softmax
+    // (firmware/elementwise/softmax.hpp), its output at scale 1/256 and zero point -128, and the
+    // model's output from then on.
+    void softmax(const Node* node, const std::string& module) {
+        if (node->input(0) != output_value_ || result_.output < 0)
+            unsupported(node, module, "runs in float on a value other than the model's int8 output; firmware runs a "
+                                      "softmax only as the model's last op");
+        const codegen::activation_tensor& logits = result_.tensors.at(static_cast<std::size_t>(result_.output));
+        const std::int64_t rank = computed(node->input(0)).toTensor().dim();
+        if (chw_axis(rank, computed(node->input(1)).toInt()) != 0)
+            unsupported(node, module, "takes the softmax along a dimension other than the channels");
+        if (!computed(node->input(2)).isNone())
+            unsupported(node, module, "sets a dtype; firmware computes the softmax in int8");
+        codegen::integer_op op;
+        op.kind = codegen::op_kind::softmax;
+        op.module = module;
+        op.inputs = {result_.output};
+        result_.tensors.push_back({logits.shape, firmware::softmax_output_scale, firmware::softmax_output_zero_point});
+        op.output = static_cast<int>(result_.tensors.size()) - 1;
+        result_.ops.push_back(std::move(op));
+        result_.output = result_.ops.back().output;
+        output_value_ = node->output();
     }
 
     std::string module_of(const Node* node) const {
@@ -396,15 +635,34 @@ private:
         return found != names_.end() ? found->second : call_stack_path(node).value_or("");
     }
 
+    static bool is_one_of(std::string_view kind, std::initializer_list<std::string_view> kinds) {
+        return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+    }
+
+    // Elementwise ops of one int8 tensor whose output level depends on the input level only.
+    static bool is_lookup_kind(std::string_view kind) {
+        return is_one_of(kind, {"quantized::hardswish", "aten::hardswish", "aten::hardswish_", "aten::hardsigmoid",
+                                "aten::hardsigmoid_", "aten::sigmoid", "aten::sigmoid_", "quantized::sigmoid",
+                                "aten::tanh", "aten::tanh_", "quantized::leaky_relu", "aten::leaky_relu",
+                                "aten::leaky_relu_", "quantized::elu", "aten::elu", "quantized::celu",
+                                "quantized::mul_scalar", "quantized::mul_scalar_relu", "quantized::add_scalar",
+                                "quantized::add_scalar_relu"});
+    }
+
+    static bool is_view_kind(std::string_view kind) {
+        return is_one_of(kind, {"aten::flatten", "aten::view", "aten::reshape", "aten::squeeze", "aten::unsqueeze"});
+    }
+
     static bool is_exported_kind(std::string_view kind) {
-        for (const std::string_view exported :
-             {"aten::quantize_per_tensor", "aten::dequantize", "quantized::conv2d", "quantized::conv2d_relu",
-              "quantized::linear", "quantized::linear_relu", "quantized::add", "quantized::add_relu", "aten::relu",
-              "aten::relu_", "aten::hardtanh", "aten::hardtanh_", "aten::clamp", "aten::clamp_", "aten::max_pool2d",
-              "aten::avg_pool2d", "aten::adaptive_avg_pool2d", "aten::flatten", "aten::view", "aten::reshape",
-              "aten::contiguous", "aten::dropout"})
-            if (kind == exported) return true;
-        return false;
+        return is_lookup_kind(kind) || is_view_kind(kind) ||
+               is_one_of(kind, {"aten::quantize_per_tensor", "aten::dequantize", "quantized::conv2d",
+                                "quantized::conv2d_relu", "quantized::conv1d", "quantized::conv1d_relu",
+                                "quantized::linear", "quantized::linear_relu", "quantized::add", "quantized::add_relu",
+                                "quantized::mul", "quantized::mul_relu", "quantized::cat", "quantized::cat_relu",
+                                "aten::relu", "aten::relu_", "aten::hardtanh", "aten::hardtanh_", "aten::clamp",
+                                "aten::clamp_", "aten::max_pool2d", "aten::avg_pool2d", "aten::adaptive_avg_pool2d",
+                                "aten::permute", "aten::transpose", "aten::contiguous", "aten::dropout",
+                                "aten::dropout_", "aten::softmax", "aten::pad", "aten::constant_pad_nd"});
     }
 
     // The first op, at any depth and in forward's order, of a kind firmware has no kernel for:
@@ -427,8 +685,9 @@ private:
         "runs in float (a layer left unquantized, or an op LibTorch has no int8 kernel for); firmware runs int8 ops "
         "only";
     static constexpr const char* no_kernel =
-        "has no int8 kernel in the firmware runtime (it runs conv2d, linear, add, relu/relu6/clamp, max and average "
-        "pooling, global average pooling, flatten)";
+        "has no int8 kernel in the firmware runtime (it runs conv1d/conv2d, linear, add, mul, concatenation, "
+        "relu/relu6/clamp, sigmoid, hardsigmoid, hardswish, tanh, max and average pooling, reshapes, permutes and a "
+        "final softmax)";
 
     void visit(Node* node) {
         const std::string kind = node->kind().toQualString();
@@ -443,17 +702,32 @@ private:
         if (!node->blocks().empty())
             unsupported(node, module, "computes tensors under control flow; firmware runs a fixed sequence of ops");
 
-        if (kind == "aten::quantize_per_tensor") {
+        if (kind == "aten::quantize_per_tensor" && on_island(node)) {
+            leave_island(node, module);
+        } else if (kind == "aten::pad" || kind == "aten::constant_pad_nd") {
+            pad(node, module);
+        } else if (kind == "aten::quantize_per_tensor") {
             if (node->input(0) != graph_->inputs()[1] || result_.input >= 0)
                 unsupported(node, module, "quantizes a value computed in float; firmware runs int8 ops only");
             result_.input = add_tensor(node->output(), node, module);
         } else if (kind == "aten::dequantize") {
             result_.output = input_tensor(node, 0, module);
             output_value_ = node->output();
-        } else if (kind == "quantized::conv2d" || kind == "quantized::conv2d_relu") {
-            conv2d(node, module, kind.ends_with("_relu"));
+            dequantized_[node->output()] = result_.output;
+        } else if (kind == "aten::softmax") {
+            softmax(node, module);
+        } else if (kind.starts_with("quantized::conv2d") || kind.starts_with("quantized::conv1d")) {
+            conv2d(node, module, kind.ends_with("_relu"));  // a conv1d's packed weights are a conv2d's of height 1
         } else if (kind == "quantized::linear" || kind == "quantized::linear_relu") {
             linear(node, module, kind.ends_with("_relu"));
+        } else if (kind == "quantized::mul" || kind == "quantized::mul_relu") {
+            mul(node, module, kind.ends_with("_relu"));
+        } else if (kind == "quantized::cat" || kind == "quantized::cat_relu") {
+            concat(node, module);
+        } else if (is_lookup_kind(kind)) {
+            lookup(node, module);
+        } else if (kind == "aten::permute" || kind == "aten::transpose") {
+            permute(node, module, permutation(node, module));
         } else if (kind == "quantized::add" || kind == "quantized::add_relu") {
             emit(codegen::op_kind::add, node, module, {input_tensor(node, 0, module), input_tensor(node, 1, module)})
                 .relu = kind.ends_with("_relu");
@@ -469,9 +743,10 @@ private:
             pool(node, module, codegen::op_kind::avg_pool2d);
         } else if (kind == "aten::adaptive_avg_pool2d") {
             adaptive_avg_pool(node, module);
-        } else if (kind == "aten::flatten" || kind == "aten::view" || kind == "aten::reshape") {
-            to_row(node, module);
-        } else if (kind == "aten::contiguous" || (kind == "aten::dropout" && !computed(node->input(2)).toBool())) {
+        } else if (is_view_kind(kind)) {
+            view(node, module);
+        } else if (kind == "aten::contiguous" ||
+                   ((kind == "aten::dropout" || kind == "aten::dropout_") && !computed(node->input(2)).toBool())) {
             alias(node, module);
         } else {
             unsupported(node, module, no_kernel);  // refuse_unsupported_kinds found it first
@@ -483,6 +758,7 @@ private:
     std::shared_ptr<::torch::jit::Graph> graph_;
     std::unordered_map<const Value*, c10::IValue> values_;
     std::unordered_map<const Value*, int> tensor_of_;
+    std::unordered_map<const Value*, int> dequantized_;  // float values that are an int8 tensor's dequantization
     const Value* output_value_ = nullptr;
     codegen::integer_graph result_;
 };

@@ -36,11 +36,23 @@ struct firmware_export {
 namespace export_detail {
 
 // The lowered model's int8 output levels on `inputs` (a batch): its forward up to the
-// dequantize of the output, run by the TorchScript interpreter. LibTorch's quint8 levels less
-// 128, as the firmware's int8 ones.
+// dequantize of the output (or its float softmax after it, on the int8 softmax's grid), run by
+// the TorchScript interpreter. LibTorch's quint8 levels less 128, as the firmware's int8 ones.
 inline at::Tensor int8_output_levels(const lowered_model& lowered, const at::Tensor& inputs) {
     auto graph = lowered.module.get_method("forward").graph()->copy();
     ::torch::jit::Inline(*graph);
+    if (graph->outputs().size() == 1 && graph->outputs()[0]->node()->kind() == c10::aten::softmax) {
+        // LibTorch's float softmax of the dequantized logits, on the firmware softmax's int8 grid
+        // (scale 1/256, zero point -128) by LibTorch's own rounding.
+        const ::torch::NoGradGuard no_grad;
+        ::torch::jit::Module module = lowered.module;
+        const at::Tensor probabilities = module.forward({inputs}).toTensor();
+        const at::Tensor levels = at::quantize_per_tensor(probabilities, firmware::softmax_output_scale,
+                                                          firmware::softmax_output_zero_point + 128, at::kQUInt8)
+                                      .int_repr()
+                                      .to(at::kInt);
+        return (levels - 128).reshape({probabilities.size(0), -1}).contiguous();
+    }
     ::torch::jit::Node* dequantize = graph->outputs()[0]->node();
     if (graph->outputs().size() != 1 || dequantize->kind() != c10::aten::dequantize)
         throw error(error_kind::unsupported_export, "cannot export for firmware: the model's output is not an int8 tensor");
