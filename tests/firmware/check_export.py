@@ -227,7 +227,7 @@ def refusals(args, work):
     outputs = [work / "out" / name for name in ("q.pt", "report.json", "gate.hpp")]
     (work / "out").mkdir()
     cases = [
-        (["--target", "=cortex_m"], "error (unsupported_export): cannot export for firmware: op 'aten::sigmoid' in module 'act'"),
+        (["--target", "=cortex_m"], "error (unsupported_export): cannot export for firmware: op 'aten::gelu' in module 'act'"),
         (["--target", "=xnnpack"], "error (invalid_argument): --export writes firmware for a microcontroller"),
         (["--target", "=cortex_m", "--export-namespace", "2fast"], "namespace '2fast' is not a C++ namespace name"),
     ]

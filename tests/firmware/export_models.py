@@ -11,7 +11,7 @@ python3-torch (/usr/bin/python3).
 - pooled.pt: [N, 3, 32, 32] -> 5. A dilated conv, max pool then a separate relu, adaptive
   average pooling by a whole factor (16 -> 4), a clamp, global average pooling, flatten, linear.
 - mlp.pt: [N, 20] -> 4. Linear, relu, linear: a model of rows, not images.
-- gate.pt: a conv followed by nn.Sigmoid (module 'act'), which firmware has no kernel for.
+- gate.pt: a conv followed by nn.GELU (module 'act'), which LibTorch runs in float and firmware cannot run.
 - encoder.pt: rows of 8 tokens x 16 features through nn.TransformerEncoderLayer ('encoder').
 - input_residual.pt: [N, 3, 32, 32] -> 3. A conv whose output is added to the input itself: the
   add reads the input, so --export-input-layout hwc refuses it (only a convolution reads a
@@ -89,7 +89,7 @@ class Gate(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.act = nn.Sigmoid()
+        self.act = nn.GELU()
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(8, 10)
 
