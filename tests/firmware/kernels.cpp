@@ -20,8 +20,14 @@ namespace {
 namespace fw = versatil::firmware;
 using versatil::math::fixed_point_multiplier;
 using versatil::math::multiply_by_quantized_multiplier;
-// The runtime's rescale: the product rounded once (TFLite Micro's single rounding).
-constexpr auto rescale_once = versatil::math::multiply_by_quantized_multiplier_single_rounding;
+// The runtime's rescale, as QNNPACK computes it (q8gemm's fp32 requantization: the accumulator
+// as a float times the float scale, then lrintf), written with the C library: the scale is the
+// multiplier's real value rounded to float.
+std::int32_t rescale_once(std::int32_t accumulator, fixed_point_multiplier m) {
+    const auto scale = static_cast<float>(std::ldexp(static_cast<double>(m.multiplier), m.shift - 31));
+    const float product = static_cast<float>(accumulator) * scale;
+    return static_cast<std::int32_t>(std::clamp(std::nearbyint(product), -4194304.0F, 4194304.0F));
+}
 using versatil::math::quantize_multiplier;
 
 std::int8_t clamp_level(std::int64_t v, fw::activation_range r) {
