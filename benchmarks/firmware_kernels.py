@@ -53,8 +53,9 @@ LINE = re.compile(r"^layer (\S+) kernel (\S+) macs (\d+) instructions (\d+)$")
 
 
 def build(arm, level, out):
-    """The harness for the board at -O<level>, with device.py's flags otherwise."""
-    flags = [f for f in device.FLAGS if not f.startswith("-O")] + [f"-O{level}"]
+    """The harness for the board at -O<level>, with device.py's flags otherwise (the dsp image's:
+    a Cortex-M4F, its FPU rescaling as QNNPACK does)."""
+    flags = [f for f in device.FLAGS if not f.startswith("-O")] + device.FLOAT_FLAGS["dsp"] + [f"-O{level}"]
     board = ROOT / "examples" / "firmware" / "mps2_an386"
     elf = out / f"firmware_kernels_O{level}.elf"
     command = [arm, *flags, "-DVERSATIL_BOARD_MPS2_AN386", f"-I{ROOT / 'include'}",

@@ -71,6 +71,18 @@ def library_frames(args):
         lowered += sum(int(n) for n in re.findall(r"\[sp, #-(\d+)\]!", code))
         frames[f"void* __builtin_{name}(void*, {'int' if name == 'memset' else 'const void*'}, unsigned int)"] = \
             pushed + lowered
+    # libgcc's soft-float helpers, which the portable (FPU-less) output stage calls: the same reading.
+    libgcc = subprocess.run([gcc, "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=soft", "-print-libgcc-file-name"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    listing = subprocess.run([device.tool(args.compiler, "objdump"), "-d", libgcc], capture_output=True, text=True).stdout
+    for name in ("__aeabi_fmul", "__aeabi_i2f"):
+        body = re.search(rf"^[0-9a-f]+ <{name}>:\n(.*?)(?:\n\n|\Z)", listing, re.M | re.S)
+        if not body or re.search(r"\tbl\s", body.group(1)):
+            continue
+        code = body.group(1)
+        pushed = sum(len(regs.split(",")) * 4 for regs in re.findall(r"\tpush(?:\.w)?\s+\{([^}]*)\}", code))
+        pushed += sum(len(regs.split(",")) * 4 for regs in re.findall(r"\tstmdb\s+sp!, \{([^}]*)\}", code))
+        frames[name] = pushed + sum(int(n) for n in re.findall(r"\tsub(?:\.w)?\s+sp, #(\d+)", code))
     return frames
 
 

@@ -3,6 +3,7 @@
 // that gives every tensor its own buffer, and header_for checks its namespace.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -114,19 +115,29 @@ TEST_CASE("lowering: int32 biases at input scale x weight scale, per-channel mul
     CHECK(dw_params.range.min == out.zero_point);  // relu6: 0 is the zero point
     CHECK(dw_params.range.max < 127);
     for (std::size_t c = 0; c < 8; ++c) {
+        // As LibTorch 1.13 computes them before QNNPACK runs the conv: the bias as ATen's quantize_val
+        // quantizes it (float product with 1 / float scale, half to even), the rescale in float
+        // (generate_requantization_scales), which a Q31 multiplier holds exactly.
         const double accumulator_scale = in.scale * source.weight_scales[c];
-        CHECK(dw.bias[c] == static_cast<std::int32_t>(std::nearbyint(source.bias[c] / accumulator_scale)));
-        CHECK(dw.multipliers[c] == versatil::math::quantize_multiplier(accumulator_scale / out.scale));
+        CHECK(dw.bias[c] == static_cast<std::int32_t>(std::nearbyint(source.bias[c] * (1.0F / static_cast<float>(accumulator_scale)))));
+        const float requantization = (static_cast<float>(source.weight_scales[c]) * static_cast<float>(in.scale)) *
+                                     (1.0F / static_cast<float>(out.scale));
+        CHECK(dw.multipliers[c] == versatil::math::quantize_multiplier(requantization));
+        CHECK(std::ldexp(static_cast<double>(dw.multipliers[c].multiplier), dw.multipliers[c].shift - 31) == requantization);
     }
     bool standing_clamp = false;
     for (const lowered_layer& layer : l.layers) standing_clamp = standing_clamp || layer.module == "features.5.hardtanh";
     CHECK(standing_clamp);
     // The relu fused by the model itself (conv2d_relu) keeps levels at or above the zero point.
     CHECK(std::get<fw::conv2d_params>(l.layers[0].params).range == fw::activation_range{-128, 127});  // zero point -128
-    // TFLite's add: each input at scale / (2 * max scale).
+    // QNNPACK's add: each input's scale / output scale at 2^shift, the larger ratio in [2^21, 2^22).
     const auto& add = std::get<fw::add_params>(l.layers[4].params);
-    CHECK(add.left_shift == 20);
-    CHECK((add.input1_multiplier == versatil::math::quantize_multiplier(0.5) || add.input2_multiplier == versatil::math::quantize_multiplier(0.5)));
+    const integer_op& add_op = *std::find_if(g.ops.begin(), g.ops.end(), [](const integer_op& op) { return op.kind == op_kind::add; });
+    const float ratio1 = static_cast<float>(g.tensors[static_cast<std::size_t>(add_op.inputs[0])].scale) /
+                         static_cast<float>(g.tensors[static_cast<std::size_t>(add_op.output)].scale);
+    CHECK(add.input1_multiplier == static_cast<std::int32_t>(std::nearbyint(std::ldexp(static_cast<double>(ratio1), add.shift))));
+    CHECK(std::max(add.input1_multiplier, add.input2_multiplier) >= (1 << 21));
+    CHECK(std::max(add.input1_multiplier, add.input2_multiplier) < (1 << 22));
 }
 
 TEST_CASE("run_on_host equals a plain executor with a buffer per tensor, and reads only its input") {

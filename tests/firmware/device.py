@@ -21,8 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-FLAGS = ["-std=c++20", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=soft", "-Os", "-fno-exceptions", "-fno-rtti",
+FLAGS = ["-std=c++20", "-mcpu=cortex-m4", "-mthumb", "-Os", "-fno-exceptions", "-fno-rtti",
          "-fno-threadsafe-statics", "-ffunction-sections", "-fdata-sections", "-Wall", "-Wextra", "-Werror"]
+# The float ABI per variant: `dsp` is a Cortex-M4F (its single-precision FPU rescales as QNNPACK
+# does, firmware/output_stage.hpp), `portable` a core without an FPU (the same float arithmetic
+# through the compiler's soft-float library): both must give the host's bytes.
+FLOAT_FLAGS = {"dsp": ["-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"], "portable": ["-mfloat-abi=soft"]}
 FORBIDDEN = re.compile(r"^(malloc|free|calloc|realloc|_malloc_r|_free_r|_sbrk|_sbrk_r|__cxa_throw|__cxa_allocate_exception|"
                        r"__gxx_personality_v0|operator new.*|operator delete.*)$")
 QEMU = ["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
@@ -45,7 +49,7 @@ def build(args, variant: str, out: Path) -> Path:
     includes = [f"-I{Path(args.root) / 'include'}", f"-I{Path(args.root) / 'examples' / 'firmware'}"] + \
         [f"-I{d}" for d in args.include_dir]
     elf = out / f"{Path(args.source).stem}_{variant}.elf"
-    command = [args.compiler, *FLAGS, *args.flag, *defines, *includes, "-nostartfiles", "-T", str(board / "mps2_an386.ld"),
+    command = [args.compiler, *FLAGS, *FLOAT_FLAGS[variant], *args.flag, *defines, *includes, "-nostartfiles", "-T", str(board / "mps2_an386.ld"),
                "-Wl,--gc-sections", f"-Wl,-Map={elf.with_suffix('.map')}", str(board / "startup.cpp"), args.source,
                "-o", str(elf)]
     print(" ".join(command), flush=True)

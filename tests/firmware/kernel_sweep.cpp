@@ -234,11 +234,9 @@ void elementwise_cases(random_bits& r, int cases) {
         const int elements = r.between(1, 500);
         fill(r, input, elements, false);
         fill(r, input2, elements, false);
-        fw::add_params a{elements, 20, offset(r, false), offset(r, false), r.between(-128, 127),
-                         {static_cast<std::int32_t>((1U << 30) + (r.next() >> 2)), r.between(-6, -1)},
-                         {static_cast<std::int32_t>((1U << 30) + (r.next() >> 2)), r.between(-6, -1)},
-                         {static_cast<std::int32_t>((1U << 30) + (r.next() >> 2)), r.between(-24, -14)},
-                         range(r)};
+        fw::add_params a{elements, offset(r, false), offset(r, false), r.between(-128, 127),
+                         static_cast<std::int32_t>((1U << 21) + (r.next() >> 11)), static_cast<std::int32_t>(r.next() >> 10),
+                         r.between(13, 31), range(r)};
         fw::add(a, input, input2, output);
         report("add", n, output, elements);
         fw::clamp_params c{elements, offset(r, false), r.between(-128, 127),

@@ -20,8 +20,14 @@ namespace {
 namespace fw = versatil::firmware;
 using versatil::math::fixed_point_multiplier;
 using versatil::math::multiply_by_quantized_multiplier;
-// The runtime's rescale: the product rounded once (TFLite Micro's single rounding).
-constexpr auto rescale_once = versatil::math::multiply_by_quantized_multiplier_single_rounding;
+// The runtime's rescale, as QNNPACK computes it (q8gemm's fp32 requantization: the accumulator
+// as a float times the float scale, then lrintf), written with the C library: the scale is the
+// multiplier's real value rounded to float.
+std::int32_t rescale_once(std::int32_t accumulator, fixed_point_multiplier m) {
+    const auto scale = static_cast<float>(std::ldexp(static_cast<double>(m.multiplier), m.shift - 31));
+    const float product = static_cast<float>(accumulator) * scale;
+    return static_cast<std::int32_t>(std::clamp(std::nearbyint(product), -4194304.0F, 4194304.0F));
+}
 using versatil::math::quantize_multiplier;
 
 std::int8_t clamp_level(std::int64_t v, fw::activation_range r) {
@@ -219,21 +225,21 @@ TEST_CASE("linear equals the integer reference and the dot product's lengths all
     }
 }
 
-TEST_CASE("add follows TFLite's int8 add (single rounding) and is within one level of the real sum") {
+TEST_CASE("add: QNNPACK's integer add, within one level of the real sum, in place") {
     std::mt19937 random(14);
     for (int n = 0; n < 200; ++n) {
         const double s1 = 0.01 + (random() % 1000) * 1e-4, s2 = 0.01 + (random() % 1000) * 1e-4, so = 0.02 + (random() % 1000) * 2e-4;
         const int z1 = static_cast<int>(random() % 256) - 128, z2 = static_cast<int>(random() % 256) - 128, zo = static_cast<int>(random() % 256) - 128;
-        const double twice_max = 2 * std::max(s1, s2);
-        const fw::add_params p{64, 20, -z1, -z2, zo, quantize_multiplier(s1 / twice_max), quantize_multiplier(s2 / twice_max),
-                               quantize_multiplier(twice_max / ((1 << 20) * so)), {}};
+        // Each ratio at 2^shift, the larger in [2^21, 2^22) (QNNPACK's parameters, by hand).
+        const int shift = 21 - static_cast<int>(std::floor(std::log2(std::max(s1, s2) / so)));
+        const auto at_shift = [&](double s) { return static_cast<std::int32_t>(std::nearbyint(std::ldexp(s / so, shift))); };
+        const fw::add_params p{64, -z1, -z2, zo, at_shift(s1), at_shift(s2), shift, {}};
         std::vector<std::int8_t> a = random_levels(random, 64), b = random_levels(random, 64), out(64);
         fw::add(p, a.data(), b.data(), out.data());
         for (std::size_t i = 0; i < 64; ++i) {
-            // TFLite's reference add, step by step, each rescale rounded once.
-            const std::int32_t x = (a[i] - z1) * (1 << 20), y = (b[i] - z2) * (1 << 20);
-            const std::int32_t sum = rescale_once(x, p.input1_multiplier) + rescale_once(y, p.input2_multiplier);
-            CHECK(out[i] == clamp_level(std::int64_t{rescale_once(sum, p.output_multiplier)} + zo, {}));
+            // One rounding of the exact sum of products, half away from zero.
+            const double sum = static_cast<double>((a[i] - z1) * p.input1_multiplier + (b[i] - z2) * p.input2_multiplier);
+            CHECK(out[i] == clamp_level(static_cast<std::int64_t>(std::round(std::ldexp(sum, -shift))) + zo, {}));
             const double real = s1 * (a[i] - z1) + s2 * (b[i] - z2);
             CHECK(std::abs(out[i] - std::clamp(std::round(real / so) + zo, -128.0, 127.0)) <= 1.0);
         }

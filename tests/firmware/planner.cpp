@@ -125,7 +125,7 @@ random_graph make_graph(std::mt19937& random) {
                 if (t != from && g.tensors[static_cast<std::size_t>(t)] == in && between(0, 1) == 0) other = t;
             if (other < 0) continue;
             g.tensors.push_back(in);
-            g.layers.push_back(fw::layer_of(fw::add_params{in.elements(), 20, 0, 0, 0, {}, {}, {}, {}}, in, from, other, out));
+            g.layers.push_back(fw::layer_of(fw::add_params{in.elements(), 0, 0, 0, 0, 0, 13, {}}, in, from, other, out));
         } else if (kind == 5) {  // flatten
             g.tensors.push_back({in.elements(), 1, 1});
             g.layers.push_back(fw::flatten_layer(in, from, out));
@@ -281,7 +281,7 @@ TEST_CASE("random graphs: the kernels at the planned offsets give what separate 
                 case fw::layer_kind::max_pool2d: fw::max_pool2d({l.input_shapes[0], l.output_shape, {2, 2, 2, 2}, {}}, a, out); break;
                 case fw::layer_kind::avg_pool2d: fw::avg_pool2d({l.input_shapes[0], l.output_shape, {3, 3, 1, 1, 1, 1}, true, 0, {}}, a, out); break;
                 case fw::layer_kind::clamp: fw::clamp({l.output_shape.elements(), 0, 0, versatil::math::quantize_multiplier(1.0), {-20, 90}}, a, out); break;
-                case fw::layer_kind::add: fw::add({l.output_shape.elements(), 20, 1, -1, 0, versatil::math::quantize_multiplier(0.5), versatil::math::quantize_multiplier(0.3), versatil::math::quantize_multiplier(1.0 / (1 << 20)), {}}, a, b, out); break;
+                case fw::layer_kind::add: fw::add({l.output_shape.elements(), 1, -1, 0, 1 << 21, 1258291, 22, {}}, a, b, out); break;
                 default: break;  // flatten: a view
             }
         };
@@ -323,7 +323,7 @@ TEST_CASE("known plans: chains reach the bound, in-place depthwise costs its lag
     const fw::conv2d_params a = conv({1, 8, 8}, {4, 8, 8}, {3, 3, 1, 1, 1, 1, 1, 1});
     const fw::conv2d_params b = conv({4, 8, 8}, {4, 8, 8}, {3, 3, 1, 1, 1, 1, 1, 1}, 4);
     const fw::layer skip_layers[] = {fw::layer_of(a, 0, 1), fw::layer_of(b, 1, 2),
-                                     fw::layer_of(fw::add_params{256, 20, 0, 0, 0, {}, {}, {}, {}}, skip_tensors[1], 2, 1, 3)};
+                                     fw::layer_of(fw::add_params{256, 0, 0, 0, 0, 0, 13, {}}, skip_tensors[1], 2, 1, 3)};
     const auto skip = fw::plan_arena(skip_tensors, skip_layers, 0, 3);
     CHECK(skip.tensors[1].offset != skip.tensors[2].offset);
     CHECK(skip.tensors[3].offset == skip.tensors[2].offset);  // into the first input, which dies at the add

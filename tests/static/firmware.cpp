@@ -35,6 +35,17 @@ static_assert(fw::requantize_output(100, 20, half, -3, {}) == 57);
 static_assert(fw::requantize_output(2147483000, 2147483000, half, 0, {}) == 127);  // saturates, then clamps
 static_assert(fw::requantize_output(-100, 0, half, 10, {0, 127}) == 0);            // a fused relu at zero point 0
 static_assert(fw::clamp_to(-129, {}) == -128 && fw::clamp_to(300, {-5, 6}) == 6);
+// Rounded as QNNPACK rounds (lrintf((float)acc * scale)), worked by hand: 150 * 0.07f is exactly
+// 10.50000004470348..., which rounds to the float 10.5 (its ulp is 2^-20), then to the even 10; the
+// exact product rounded once would give 11.
+constexpr auto seven_hundredths = versatil::math::quantize_multiplier(static_cast<double>(0.07F));
+static_assert(fw::requantization_scale(seven_hundredths) == 0.07F);
+static_assert(fw::requantize_output(150, 0, seven_hundredths, 0, {}) == 10);
+static_assert(versatil::math::multiply_by_quantized_multiplier_single_rounding(150, seven_hundredths) == 11);
+// Ties to even either side of zero; just above a half rounds up; beyond 2^22 held.
+static_assert(fw::nearest_integer(2.5F) == 2 && fw::nearest_integer(3.5F) == 4 && fw::nearest_integer(-2.5F) == -2);
+static_assert(fw::nearest_integer(0.5F) == 0 && fw::nearest_integer(0.50000006F) == 1 && fw::nearest_integer(-0.49F) == 0);
+static_assert(fw::nearest_integer(1e9F) == (1 << 22) && fw::nearest_integer(-1e9F) == -(1 << 22));
 static_assert(fw::dot_portable(nullptr, nullptr, 0, 5) == 0);
 // Average pooling's mean: nearest, ties to even (LibTorch's nearbyint), either sign; an empty window is 0.
 static_assert(fw::divide_half_even(10, 4) == 2 && fw::divide_half_even(14, 4) == 4 && fw::divide_half_even(11, 4) == 3);

@@ -1,4 +1,5 @@
-// Reset for the MPS2 AN386 (Cortex-M4): the vector table, then .data copied from flash,
+// Reset for the MPS2 AN386 (Cortex-M4): the vector table, the FPU switched on when the build
+// uses it, then .data copied from flash,
 // .bss zeroed, static constructors, main, and its status handed to the host through
 // semihosting. Faults end the run with status 3 instead of hanging QEMU.
 #include <cstdint>
@@ -14,6 +15,12 @@ int main();
 }
 
 [[noreturn]] void reset_handler() {
+#if defined(__ARM_FP)
+    // A Cortex-M4F starts with its FPU off: full access to coprocessors 10 and 11 (CPACR) before
+    // any floating-point instruction, then barriers so the next instruction sees it.
+    *reinterpret_cast<volatile std::uint32_t*>(0xE000ED88) |= 0xFU << 20;
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
     for (std::uint32_t *from = _data_load, *to = _data_start; to < _data_end;) *to++ = *from++;
     for (std::uint32_t* to = _bss_start; to < _bss_end;) *to++ = 0;
     for (auto* constructor = __init_array_start; constructor < __init_array_end; ++constructor) (*constructor)();

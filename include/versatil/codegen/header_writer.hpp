@@ -158,12 +158,11 @@ inline std::string layer_definition(const lowered_layer& layer, std::size_t inde
                        ", .multipliers = multipliers_" + n + "};\n";
             else if constexpr (std::is_same_v<P, firmware::add_params>)
                 return head + "add_params layer_" + n + "{.elements = " + std::to_string(p.elements) +
-                       ", .left_shift = " + std::to_string(p.left_shift) + ",\n    .input1_offset = " +
-                       std::to_string(p.input1_offset) + ", .input2_offset = " + std::to_string(p.input2_offset) +
-                       ", .output_offset = " + std::to_string(p.output_offset) + ",\n    .input1_multiplier = " +
-                       multiplier_literal(p.input1_multiplier) + ", .input2_multiplier = " +
-                       multiplier_literal(p.input2_multiplier) + ", .output_multiplier = " +
-                       multiplier_literal(p.output_multiplier) + ",\n    .range = " + range_literal(p.range) + "};\n";
+                       ",\n    .input1_offset = " + std::to_string(p.input1_offset) + ", .input2_offset = " +
+                       std::to_string(p.input2_offset) + ", .output_offset = " + std::to_string(p.output_offset) +
+                       ",\n    .input1_multiplier = " + std::to_string(p.input1_multiplier) + ", .input2_multiplier = " +
+                       std::to_string(p.input2_multiplier) + ", .shift = " + std::to_string(p.shift) +
+                       ",\n    .range = " + range_literal(p.range) + "};\n";
             else if constexpr (std::is_same_v<P, firmware::clamp_params>)
                 return head + "clamp_params layer_" + n + "{.elements = " + std::to_string(p.elements) +
                        ", .input_offset = " + std::to_string(p.input_offset) + ", .output_offset = " +

@@ -1,7 +1,8 @@
 // Lowers a validated integer graph to the firmware's integer parameters: the one place where
-// real quantities become integers. Conv and linear biases become int32 at input_scale *
-// weight_scale[c] (rounded half to even, as ATen quantizes), every rescale a fixed-point
-// multiplier and shift (math::quantize_multiplier), adds take TFLite's parameters, and clamps
+// real quantities become integers, each as LibTorch's engine (QNNPACK) computes it so that the
+// runtime rounds where LibTorch rounds: conv and linear biases become int32 at input_scale *
+// weight_scale[c] (ATen's quantize_val), their rescale QNNPACK's float requantization scale held
+// as a fixed-point multiplier and shift, adds take QNNPACK's parameters, and clamps
 // (relu, relu6, hardtanh) fold into the output range of the op that produces their input when
 // that op has one, the clamp is its only reader and both sides share their quantization;
 // otherwise the clamp stays a layer of its own. Each convolution gets the fastest kernel for
@@ -143,10 +144,23 @@ inline firmware::activation_range fused_relu(const integer_op& op, const activat
     return op.relu ? firmware::activation_range{out.zero_point, 127} : firmware::activation_range{};
 }
 
+// The bias at input_scale * weight_scale (a double, as ATen multiplies the two), quantized as
+// LibTorch's engine quantizes it before a quantized conv or linear runs (ATen's quantize_val:
+// the float product bias * (1 / float scale), rounded half to even). Rounding the exact quotient
+// instead put one bias in a hundred a level off, and the outputs near a rounding boundary with it.
 inline std::int32_t quantized_bias(float bias, double scale) {
-    const double level = math::round_half_even(static_cast<double>(bias) / scale);
-    constexpr double lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
-    return static_cast<std::int32_t>(level < lo ? lo : (level > hi ? hi : level));
+    return math::quantize(bias, {static_cast<float>(scale), 0},
+                          {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()});
+}
+
+// QNNPACK's requantization scale, computed as LibTorch 1.13 computes it before a quantized conv
+// or linear (generate_requantization_scales): in float, (weight_scale * input_scale) * (1 /
+// output_scale). Its 24-bit mantissa fits a Q31 multiplier exactly, so the output stage rescales
+// by the very number QNNPACK multiplies with; from the exact double quotient instead, the
+// multiplier differed from it in the last bits, enough to round some outputs the other way.
+inline double qnnpack_requantization_scale(double input_scale, double weight_scale, double output_scale) {
+    const float inverse_output_scale = 1.0F / static_cast<float>(output_scale);
+    return static_cast<double>((static_cast<float>(weight_scale) * static_cast<float>(input_scale)) * inverse_output_scale);
 }
 
 // Bias and multipliers of a conv or linear op, per output channel.
@@ -154,25 +168,32 @@ inline void lower_weighted(const integer_op& op, const activation_tensor& in, co
                            lowered_layer& layer) {
     layer.weights = op.weights;
     for (std::size_t c = 0; c < op.weight_scales.size(); ++c) {
-        const double accumulator_scale = in.scale * op.weight_scales[c];
-        layer.multipliers.push_back(math::quantize_multiplier(accumulator_scale / out.scale));
-        if (!op.bias.empty()) layer.bias.push_back(quantized_bias(op.bias[c], accumulator_scale));
+        layer.multipliers.push_back(
+            math::quantize_multiplier(qnnpack_requantization_scale(in.scale, op.weight_scales[c], out.scale)));
+        if (!op.bias.empty()) layer.bias.push_back(quantized_bias(op.bias[c], in.scale * op.weight_scales[c]));
     }
 }
 
+// An add's integer parameters as QNNPACK derives them for LibTorch's quantized add: the ratios
+// scale / output scale in float, the larger one's power of two 2^e setting shift = 21 - e, each
+// ratio times 2^shift rounded half to even. QNNPACK refuses ratios outside [2^-14, 2^8); so
+// does the export, as LibTorch could not have run such an add.
 inline firmware::add_params add_parameters(const activation_tensor& a, const activation_tensor& b,
                                            const activation_tensor& out, firmware::activation_range range) {
-    constexpr int left_shift = 20;
-    const double twice_max = 2.0 * std::max(a.scale, b.scale);
-    return {out.shape.elements(),
-            left_shift,
-            -a.zero_point,
-            -b.zero_point,
-            out.zero_point,
-            math::quantize_multiplier(a.scale / twice_max),
-            math::quantize_multiplier(b.scale / twice_max),
-            math::quantize_multiplier(twice_max / (static_cast<double>(1 << left_shift) * out.scale)),
-            range};
+    const float output_scale = static_cast<float>(out.scale);
+    const float ratio1 = static_cast<float>(a.scale) / output_scale, ratio2 = static_cast<float>(b.scale) / output_scale;
+    constexpr float lowest = 1.0F / 16384.0F, highest = 256.0F;  // 2^-14, 2^8
+    for (const float ratio : {ratio1, ratio2})
+        if (!(ratio >= lowest && ratio < highest))
+            throw std::invalid_argument("versatil::codegen: an add's input to output scale ratio " + std::to_string(ratio) +
+                                        " is outside QNNPACK's [2^-14, 2^8)");
+    // split_power_of_two gives a mantissa in [0.5, 1): the ratio's power of two is one less.
+    const int power = math::split_power_of_two(std::max(ratio1, ratio2)).exponent - 1;
+    const int shift = 21 - power;
+    const double scale = static_cast<double>(std::int64_t{1} << shift);
+    const auto multiplier = [&](float ratio) { return static_cast<std::int32_t>(math::round_half_even(ratio * scale)); };
+    return {out.shape.elements(), -a.zero_point, -b.zero_point, out.zero_point, multiplier(ratio1), multiplier(ratio2),
+            shift, range};
 }
 
 // mul's operands with the output-shaped one first (the product commutes; the kernel broadcasts

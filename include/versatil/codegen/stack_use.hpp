@@ -26,10 +26,9 @@ struct kernel_stack {
 inline constexpr std::size_t run_frame_stack_bytes = 48;
 
 inline constexpr kernel_stack kernel_stacks[] = {
-    {"conv2d", 448}, {"conv2d_im2col", 568}, {"depthwise_conv2d_3x3", 220}, {"linear", 120}, {"linear_blocked", 168},
-    {"add", 96},     {"clamp", 104},         {"max_pool2d", 112},          {"avg_pool2d", 128},
-    {"lookup", 12},  {"mul", 136},           {"softmax", 32},              {"concat", 32},      {"permute", 36},
-    {"pad", 28},
+    {"conv2d", 424}, {"conv2d_im2col", 560}, {"depthwise_conv2d_3x3", 236}, {"linear", 96}, {"linear_blocked", 168},
+    {"add", 40},     {"clamp", 80},          {"max_pool2d", 112},          {"avg_pool2d", 128}, {"lookup", 12},
+    {"mul", 112},    {"softmax", 32},        {"concat", 32},               {"permute", 36},     {"pad", 28},
 };
 
 inline std::size_t kernel_stack_bytes(std::string_view kernel) {
