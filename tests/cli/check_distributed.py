@@ -11,7 +11,7 @@ No timing: rank 0 gets MASTER_PORT 0 and says on stderr which port the OS gave i
 over could be taken in between); a rank is killed once a line it or rank 0 prints shows it got
 where the case needs it. The only clock is a hang guard per process, far above the timeouts the
 cases set and far below the 300 s default, so a --dist-timeout ignored fails too.
-Usage: check_distributed.py VERSATIL_QUANTIZE"""
+Usage: check_distributed.py VERSATIL_QUANTIZE [--sizes 2[,4]]"""
 import json
 import os
 import pty
@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 cli = sys.argv[1]
+# --sizes 2: worlds of 2 processes only (a sanitizer build: the same code paths as 4)
+sizes = [int(n) for n in sys.argv[3].split(",")] if sys.argv[2:3] == ["--sizes"] else [2, 4]
 failures = []
 # Hang guard (seconds) for a case's process to end: the cases' timeouts are 3 to 20 s, the
 # default 300 s; a run that is slow only because the machine is loaded takes a few seconds.
@@ -136,7 +138,7 @@ with tempfile.TemporaryDirectory() as scratch:
     check(single_report["world_size"] == 1 and single_report["samples_per_rank"] == [256],
           f"one process's report: world_size {single_report['world_size']}, samples {single_report['samples_per_rank']}")
 
-    for size in (2, 4):
+    for size in sizes:
         report, _ = run_world(f"world{size}", size)
         if report is None:
             continue
@@ -153,7 +155,7 @@ with tempfile.TemporaryDirectory() as scratch:
 
     # QAT across processes: every rank trains its slice (64) of each global batch of 64 x N;
     # rank 0 alone writes, and its report states the examples each rank trained on.
-    for size in (2, 4):
+    for size in sizes:
         report, results = run_world(f"qat{size}", size, "--target", "=x86_inductor:qat", "--steps", "10")
         if report is None:
             continue
@@ -213,43 +215,29 @@ with tempfile.TemporaryDirectory() as scratch:
     check(not any(directory.iterdir()), f"rank 0 never started: rank 1 wrote {sorted(p.name for p in directory.iterdir())}")
     print(f"ok: rank 0 never started; rank 1: {stderr.strip().splitlines()[-1]}")
 
-    # Rank 1 joins, then is killed (joined: it printed so); rank 0 stops, names it, writes nothing.
-    directory = scratch / "killed"
-    directory.mkdir()
-    (survivor, *others), seen = start_world(2, directory, "--dist-timeout", "20")
-    if others:
+    # Rank 1 joins (it says so), then is killed, or hangs (SIGSTOP): rank 0 stops, names the
+    # failure, writes nothing; the hung one when its 5 s timeout runs out (the hang guard would
+    # catch the 300 s default).
+    for name, sent, timeout in (("killed", signal.SIGKILL, "20"), ("hung", signal.SIGSTOP, "5")):
+        directory = scratch / name
+        directory.mkdir()
+        (survivor, *others), seen = start_world(2, directory, "--dist-timeout", timeout)
+        if not others:
+            continue
         victim = others[0]
         line = victim.stderr.readline()
         check("joined" in line, f"rank 1 did not report joining: {line!r}")
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=HANG_GUARD)
-        _, stderr = finish(survivor, "rank 1 killed: rank 0")
-        stderr = seen + stderr
-        check(survivor.returncode == 2 and "distributed_failure" in stderr,
-              f"rank 1 killed: rank 0 exit {survivor.returncode}\n{stderr}")
-        check(not any(directory.iterdir()), f"rank 1 killed: wrote {sorted(p.name for p in directory.iterdir())}")
-        print(f"ok: rank 1 killed; rank 0: {stderr.strip().splitlines()[-1]}")
-
-    # Rank 1 joins, then hangs (SIGSTOP): rank 0 stops when its 5 s timeout runs out (the hang
-    # guard would catch the 300 s default), writes nothing.
-    directory = scratch / "hung"
-    directory.mkdir()
-    (waiting, *others), seen = start_world(2, directory, "--dist-timeout", "5")
-    if others:
-        hung = others[0]
-        line = hung.stderr.readline()
-        check("joined" in line, f"rank 1 did not report joining: {line!r}")
-        hung.send_signal(signal.SIGSTOP)
+        victim.send_signal(sent)
         try:
-            _, stderr = finish(waiting, "rank 1 hung: rank 0")
+            _, stderr = finish(survivor, f"rank 1 {name}: rank 0")
         finally:
-            hung.send_signal(signal.SIGKILL)
-            hung.wait(timeout=HANG_GUARD)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=HANG_GUARD)
         stderr = seen + stderr
-        check(waiting.returncode == 2 and "distributed_failure" in stderr and "timeout of 5 s" in stderr,
-              f"rank 1 hung: rank 0 exit {waiting.returncode}\n{stderr}")
-        check(not any(directory.iterdir()), f"rank 1 hung: wrote {sorted(p.name for p in directory.iterdir())}")
-        print(f"ok: rank 1 hung; rank 0: {stderr.strip().splitlines()[-1]}")
+        check(survivor.returncode == 2 and "distributed_failure" in stderr and f"timeout of {timeout} s" in stderr,
+              f"rank 1 {name}: rank 0 exit {survivor.returncode}\n{stderr}")
+        check(not any(directory.iterdir()), f"rank 1 {name}: wrote {sorted(p.name for p in directory.iterdir())}")
+        print(f"ok: rank 1 {name}; rank 0: {stderr.strip().splitlines()[-1]}")
 
     # Malformed worlds are refused before anything runs.
     bad = subprocess.run([cli, "--WORLD_SIZE", "2", "--RANK", "2", "--MASTER_ADDR", "127.0.0.1", "--MASTER_PORT", "1"],
