@@ -5,8 +5,8 @@ signal's own status), no output and no temporary file left anywhere, the inputs 
 
 Usage: check_faults.py GROUP VERSATIL_QUANTIZE EXPORT_PROGRAM, GROUP one of
   limits     a file-size limit (RLIMIT_FSIZE, as `ulimit -f` sets it), the process checking
-             the model killed from outside (SIGKILL, as the OOM killer sends), SIGINT
-             mid-calibration
+             the model killed from outside (SIGKILL, as the OOM killer sends; strace sends it
+             as that process opens its checked copy), SIGINT mid-calibration
   full_disk  a full output directory and a full TMPDIR: a 100 KiB tmpfs mounted in a private
              user and mount namespace (`unshare -rm`, no root needed where the kernel allows it)
   mid_save   SIGINT and SIGTERM while the model, then the report, is being saved: strace
@@ -121,35 +121,34 @@ def interrupted_while_calibrating(scratch):
         failures.append("SIGINT mid-calibration: the run went on to save")
 
 
-def killed_while_checking(scratch, attempts=5):
+# sh -c KILL_AT_OPEN sh TMPDIR COMMAND...: runs COMMAND (the CLI) as this shell's own process,
+# once strace has attached to it; strace sends SIGKILL to whichever of its processes first opens
+# TMPDIR/versatil-load-PID-0.pt, the run's first temporary file: the checked copy of the model,
+# which the child checking it opens once it has read the model.
+KILL_AT_OPEN = r"""
+copy="$1/versatil-load-$$-0.pt"; shift
+strace -f -qq -o /dev/null -e trace=openat -e inject=openat:signal=SIGKILL:when=1 -P "$copy" -p $$ >/dev/null 2>&1 &
+tracer=$!
+until grep -q "^TracerPid:[[:space:]]*$tracer\$" /proc/$$/status; do
+  kill -0 $tracer 2>/dev/null || { echo "strace could not attach" >&2; exit 125; }
+  sleep 0.01
+done
+exec "$@"
+"""
+
+
+def killed_while_checking(scratch):
     """The child process checking the model file killed from outside, as the OOM killer does:
-    found among the CLI's children while it runs (a few hundred milliseconds) and sent SIGKILL."""
-    for _ in range(attempts):
-        process = subprocess.Popen([cli, *map(str, scratch.args())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   env=scratch.env(), text=True)
-        killed = False
-        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
-        while process.poll() is None and not killed:
-            try:
-                pids = children.read_text().split()
-            except OSError:
-                break
-            if pids:
-                os.kill(int(pids[0]), signal.SIGKILL)
-                killed = True
-        stdout, stderr = process.communicate(timeout=600)
-        if killed:
-            result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-            scratch.check("checking process killed (SIGKILL)", result, 2, "signal 9, Killed")
-            if "machine_fault" not in stderr:
-                failures.append(f"SIGKILL of the checking process: not a machine_fault\n{stderr}")
-            return
-        for leftover in scratch.out.iterdir():
-            leftover.unlink()
-    failures.append(f"checking process killed: never caught the child running in {attempts} runs")
+    strace kills it at a known point, mid-check (it has read the model, not yet written its
+    copy), so no race with a child that lives a few hundred milliseconds."""
+    result = run(["sh", "-c", KILL_AT_OPEN, "sh", scratch.tmp, cli, *scratch.args()], scratch.env())
+    scratch.check("checking process killed (SIGKILL)", result, 2, "signal 9, Killed")
+    if "machine_fault" not in result.stderr:
+        failures.append(f"SIGKILL of the checking process: not a machine_fault\n{result.stderr}")
 
 
 def limits(scratch):
+    require_strace()
     model_bytes = scratch.model.stat().st_size
     # Below the model's size: the child's checked copy of it in TMPDIR hits the limit first.
     result = run([cli, *scratch.args()], scratch.env(), preexec_fn=file_size_limited(model_bytes // 4))
@@ -191,11 +190,15 @@ def full_disk(scratch):
             failures.append(f"{label}: an output appeared")
 
 
-def mid_save(scratch):
+def require_strace():
     probe = subprocess.run(["strace", "-qq", "-o", os.devnull, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         print(f"strace cannot trace on this machine: {probe.stderr.strip()}")
         sys.exit(SKIPPED)
+
+
+def mid_save(scratch):
+    require_strace()
     # fsync 1 is the model's temporary file, 2 the report's (both exist then, neither renamed).
     for number, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")):
         for when, stage in ((1, "saving the model"), (2, "saving the report")):

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <numeric>
@@ -24,9 +25,14 @@ namespace {
 
 using versatil::testing::qparams_of;
 
-// The world this process was started in; the driver always starts more than one process.
+// The world this process was started in; the driver always starts more than one process,
+// rank 0 first on MASTER_PORT 0, and the others once rank 0 has said which port the OS gave it.
 process_group& group() {
-    static std::optional<process_group> joined = process_group::join(world_from({.timeout_seconds = 120.0}));
+    static std::optional<process_group> joined =
+        process_group::join(world_from({.timeout_seconds = 120.0}), [](std::uint16_t port) {
+            std::printf("rank 0 listening at port %u\n", static_cast<unsigned>(port));
+            std::fflush(stdout);
+        });
     REQUIRE_MESSAGE(joined.has_value(), "run through tests/torch/run_ranks.py with WORLD_SIZE of 2 or more");
     return *joined;
 }

@@ -284,7 +284,9 @@ TEST_CASE("a ReLU6 after a conv runs in the right layout on QNNPACK: the lowered
     const double sqnr = compare_outputs(run_batches(float_model, inputs), run_batches(e.lowered.module, inputs)).overall.sqnr_db;
     MESSAGE("separable: lowered vs float SQNR " << sqnr << " dB");
     // Measured 42.3 dB; 14.3 dB when the clamp reads channels-last data as contiguous (the
-    // 2x2 average pool after it blurs the scramble, so it is not worse).
+    // 2x2 average pool after it blurs the scramble, so it is not worse). The floor separates the
+    // two: 35 dB is 20 dB above the fault it is there to catch and 7 dB under the measured figure
+    // (5 times the noise power), room for another CPU's kernels, not for the fault.
     CHECK(sqnr > 35.0);
 }
 

@@ -641,7 +641,10 @@ TEST_CASE("the placeholder observer gives LibTorch a dynamic quantized::linear_d
         CHECK(graph.find("quantized::linear_dynamic") != std::string::npos);
         const double sqnr = sqnr_db(reference, quantized.forward({test_input}).toTensor());
         MESSAGE("dynamic: SQNR " << sqnr << " dB");
-        CHECK(sqnr > 36.0);  // measured 37.1 dB; 1 dB under it, as above
+        // Measured 37.1 dB; the floor 1 dB under it, as in pipeline.cpp: a guard against a change,
+        // since the figure is this observer's (LibTorch's passes and kernels do the rest). The
+        // proof that the placeholder works is the graph above, quantized::linear_dynamic.
+        CHECK(sqnr > 36.0);
     }
     CHECK((at::globalContext().qEngine() == engine_before));
 }

@@ -159,7 +159,9 @@ int main(int argc, char** argv) {
     app.add_option("--WORLD_SIZE", world_given.world_size,
                    "processes calibrating or training together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs");
     app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)");
-    app.add_option("--MASTER_PORT", world_given.master_port, "a free TCP port on rank 0's host (default: $MASTER_PORT)");
+    app.add_option("--MASTER_PORT", world_given.master_port,
+                   "a free TCP port on rank 0's host, or 0 on rank 0 for one the OS picks, announced on stderr as "
+                   "'listening at HOST:PORT' (default: $MASTER_PORT)");
     app.add_option("--dist-timeout", world_given.timeout_seconds,
                    "seconds to wait for the other processes to join or answer before failing (default 300)");
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
@@ -211,10 +213,15 @@ int main(int argc, char** argv) {
         quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat,
                                  .per_layer_samples = per_layer_samples};
 #ifdef USE_C10D_GLOO
-        std::optional<process_group> group = process_group::join(world);
+        // Rank 0 says where it listens before waiting (MASTER_PORT 0: the port the OS picked).
+        std::optional<process_group> group = process_group::join(world, [&](std::uint16_t port) {
+            std::fprintf(stderr, "versatil-quantize: %s listening at %s:%u\n", describe(world).c_str(),
+                         world.master_addr.c_str(), static_cast<unsigned>(port));
+            std::fflush(stderr);
+        });
         if (group)
             std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
-                         world.master_addr.c_str(), static_cast<unsigned>(world.master_port));
+                         world.master_addr.c_str(), static_cast<unsigned>(group->world().master_port));
         distributed_calibration calibrated;
         distributed_qat trained;
         if (group) {

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,10 +32,14 @@ namespace versatil::libtorch {
 class process_group {
 public:
     // Joins the world; blocks until every rank has, or fails after world.timeout. A world of
-    // one process joins nothing (no store, no sockets, no thread): nullopt.
-    static std::optional<process_group> join(const world_config& world) {
+    // one process joins nothing (no store, no sockets, no thread): nullopt. Rank 0 calls
+    // `listening` with its rendezvous port before it waits for the others: with MASTER_PORT 0
+    // the OS picks that port, which a launcher then passes on to the other ranks (a port
+    // probed free and handed over instead could be taken by another process in between).
+    static std::optional<process_group> join(const world_config& world,
+                                             const std::function<void(std::uint16_t port)>& listening = {}) {
         if (!world.is_distributed()) return std::nullopt;
-        return process_group(world);
+        return process_group(world, listening);
     }
 
     const world_config& world() const { return world_; }
@@ -122,16 +127,19 @@ private:
         return c10d::ProcessGroupGloo::createDefaultDevice();
     }
 
-    explicit process_group(const world_config& world) : world_(world) {
+    process_group(const world_config& world, const std::function<void(std::uint16_t)>& listening) : world_(world) {
         const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
         run("joining the world at " + where, [&] {
             c10d::TCPStoreOptions options;
             options.port = world.master_port;
             options.isServer = world.rank == 0;
             options.numWorkers = static_cast<std::size_t>(world.size);
-            options.waitWorkers = true;
+            options.waitWorkers = false;  // below, once rank 0 has said where it listens
             options.timeout = world.timeout;
             store_ = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
+            world_.master_port = store_->getPort();  // the server's bound port: the OS's pick for port 0
+            if (world.rank == 0 && listening) listening(world_.master_port);
+            store_->waitForWorkers();
             auto gloo = c10d::ProcessGroupGloo::Options::create(world.timeout);
             gloo->devices.push_back(device(world));
             group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, world.rank, world.size, gloo);

@@ -20,7 +20,7 @@ struct world_config {
     int rank = 0;
     int size = 1;
     std::string master_addr;      // rank 0's host: its rendezvous store listens there
-    std::uint16_t master_port = 0;
+    std::uint16_t master_port = 0;  // 0 on rank 0: a port the OS picks (process_group::join)
     // How long to wait for the others: to join at start, and for each exchange after. A rank
     // that dies or never starts makes the rest fail within this instead of hanging.
     std::chrono::milliseconds timeout{std::chrono::seconds(300)};
@@ -82,7 +82,10 @@ inline world_config world_from(const world_flags& flags = {}) {
     if (!port) throw error(error_kind::invalid_argument, world_text + " but MASTER_PORT is not set: give a free TCP port on rank 0's host");
     world.rank = static_cast<int>(detail::parse_world_integer(*rank, "RANK", 0, world.size - 1));
     world.master_addr = *address;
-    world.master_port = static_cast<std::uint16_t>(detail::parse_world_integer(*port, "MASTER_PORT", 1, 65535));
+    // Port 0: rank 0 serves the rendezvous on a port the OS picks and announces it
+    // (process_group::join); the others must be given that port.
+    world.master_port = static_cast<std::uint16_t>(
+        detail::parse_world_integer(*port, "MASTER_PORT", world.rank == 0 ? 0 : 1, 65535));
     return world;
 }
 
