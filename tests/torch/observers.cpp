@@ -2,7 +2,7 @@
 // versatil::math::choose_qparams, the histogram against PyTorch's own HistogramObserver, the
 // compiled statistics against the TorchScript port they replace, and the observers inside
 // LibTorch's graph-mode passes.
-#include "versatil/libtorch/pipeline/observers.hpp"
+#include "versatil/libtorch/observers/observers.hpp"
 
 #include "doctest_with_torch.hpp"
 #include <torch/csrc/jit/passes/quantization/finalize.h>
@@ -21,9 +21,9 @@
 #include "reference/torchscript_observers.hpp"
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/calibrate.hpp"
-#include "versatil/libtorch/pipeline/module_tree.hpp"
-#include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/stages/calibrate.hpp"
+#include "versatil/libtorch/torchscript/module_tree.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
 #include "versatil/math/qparams.hpp"
 
 namespace {

@@ -39,10 +39,10 @@
 #include "versatil/libtorch/export/firmware.hpp"
 #include "versatil/libtorch/files/data_file.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
 #include "versatil/libtorch/distributed/world.hpp"
 #ifdef USE_C10D_GLOO
-#include "versatil/libtorch/distributed/calibration.hpp"
+#include "versatil/libtorch/distributed/calibrate_distributed.hpp"
 #include "versatil/libtorch/distributed/qat.hpp"
 #endif
 

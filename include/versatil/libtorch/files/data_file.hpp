@@ -17,8 +17,8 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/files/file_check.hpp"
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/pipeline/calibrate.hpp"
-#include "versatil/libtorch/pipeline/quantize.hpp"
+#include "versatil/libtorch/stages/calibrate.hpp"
+#include "versatil/libtorch/stages/sequence.hpp"
 
 namespace versatil::libtorch {
 

@@ -39,7 +39,7 @@
 #include "versatil/libtorch/files/pickle_scan.hpp"
 #include "versatil/libtorch/files/temporaries.hpp"
 #include "versatil/libtorch/files/zip_layout.hpp"
-#include "versatil/libtorch/pipeline/engine.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
 
 namespace versatil::libtorch {
 
