@@ -808,7 +808,7 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
             quantization_plan ported_plan = plan;
             for (const versatil::backend_quantizer& q : quantizer->quantizers()) {
                 const versatil::quantization_config& config = q.config();
-                target_qconfigs& qconfigs = ported_plan.qconfigs.find(q.module_path)->second;
+                target_plan& qconfigs = ported_plan.targets.find(q.module_path)->second;
                 const torch::jit::Module activation = reference::make_reference_observer(*config.input_activation);
                 qconfigs.standard = torch::jit::QConfig(activation, reference::make_reference_observer(*config.weight));
                 if (qconfigs.per_tensor_linear)

@@ -38,12 +38,6 @@
 
 namespace versatil::libtorch {
 
-inline bool corrects_biases(const runtime_quantizer& quantizer) {
-    for (const backend_quantizer& q : quantizer.quantizers())
-        if (q.config().bias_correction) return true;
-    return false;
-}
-
 namespace detail {
 
 inline constexpr const char* record_method = "_versatil_record_output";
@@ -208,19 +202,17 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
 // layers of every target that has the option, on `batches` (the calibration data), and notes per
 // target what it did.
 inline void correct_biases_for_targets(converted_model& converted, const std::vector<batch>& batches) {
-    const runtime_quantizer& quantizer = converted.plan.quantizer;
-    if (!corrects_biases(quantizer) || !converted.float_model) return;
-    const auto target_of = [&](const std::string& path) {
-        return target_with(quantizer, path, &quantization_config::bias_correction);
-    };
+    const quantization_plan& plan = converted.plan;
+    if (!plan.any(&target_plan::corrects_biases) || !converted.float_model) return;
+    const auto target_of = [&](const std::string& p) { return plan.target_with(p, &target_plan::corrects_biases); };
     const bias_correction_summary summary = correct_biases(converted.module, *converted.float_model, batches,
                                                            [&](const std::string& path) { return target_of(path).has_value(); });
     const std::int64_t samples = samples_in(batches);
     const std::string measured_on = summary.samples == samples ? std::to_string(samples) + " calibration samples"
                                                                : std::to_string(summary.samples) + " of the " +
                                                                      std::to_string(samples) + " calibration samples";
-    for (const backend_quantizer& q : quantizer.quantizers()) {
-        if (!q.config().bias_correction) continue;
+    for (const backend_quantizer& q : plan.quantizer.quantizers()) {
+        if (!target_of(std::string(q.module_path))) continue;
         int layers = 0;
         double largest = 0.0, total = 0.0;
         std::string largest_at;

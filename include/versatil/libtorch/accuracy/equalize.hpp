@@ -144,16 +144,12 @@ std::vector<std::vector<std::string>> equalize_links(::torch::jit::Module& model
 
 // prepare's step for the `cle` option: equalizes the links of `model` (its folded float copy)
 // whose two layers sit in one target that has the option, and says what it did.
-inline std::vector<adjustment> equalize_for_targets(::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+inline std::vector<adjustment> equalize_for_targets(::torch::jit::Module& model, const quantization_plan& plan) {
     std::vector<std::string> targets;  // paths of the targets with the option
-    for (const backend_quantizer& q : quantizer.quantizers())
-        if (q.config().cross_layer_equalization) targets.emplace_back(q.module_path);
+    for (const backend_quantizer& q : plan.quantizer.quantizers())
+        if (plan.target_with(q.module_path, &target_plan::equalizes)) targets.emplace_back(q.module_path);
     if (targets.empty()) return {};
-    const auto target_of = [&](const std::string& path) -> std::optional<std::string_view> {
-        const std::optional<backend_quantizer> q = quantizer.quantizer_for(path);
-        if (!q || !q->config().cross_layer_equalization) return std::nullopt;
-        return q->module_path;
-    };
+    const auto target_of = [&](const std::string& path) { return plan.target_with(path, &target_plan::equalizes); };
     const layer_graph graph = find_layer_graph(model);
     std::vector<adjustment> notes;
     for (const layer_link& link : graph.links) {
@@ -179,7 +175,7 @@ inline std::vector<adjustment> equalize_for_targets(::torch::jit::Module& model,
     }
     for (const std::string& target : targets) {
         const bool any = std::any_of(chains.begin(), chains.end(), [&](const std::vector<std::string>& chain) {
-            return target_of(chain.front()) == std::string_view(target);
+            return target_of(chain.front()) == target;
         });
         if (!any) notes.push_back({target, "cle: no conv/linear -> relu -> conv/linear chain to equalize in this target"});
     }

@@ -41,12 +41,6 @@
 
 namespace versatil::libtorch {
 
-inline bool rounds_weights(const runtime_quantizer& quantizer) {
-    for (const backend_quantizer& q : quantizer.quantizers())
-        if (q.config().gptq) return true;
-    return false;
-}
-
 // The integer grid of one layer's weights, as its observer chose it: per output channel
 // (scale and zero point of length out) or per tensor (length 1).
 struct weight_grid {
@@ -420,13 +414,13 @@ gptq_summary round_weights(prepared_model& prepared, const ::torch::jit::Module&
 // every target that has the option, on `batches` (the calibration data), and notes per target
 // what it did.
 inline void round_weights_for_targets(prepared_model& prepared, const std::vector<batch>& batches) {
-    const runtime_quantizer& quantizer = prepared.plan.quantizer;
-    if (!rounds_weights(quantizer) || !prepared.float_model) return;
-    const auto target_of = [&](const std::string& path) { return target_with(quantizer, path, &quantization_config::gptq); };
+    const quantization_plan& plan = prepared.plan;
+    if (!plan.any(&target_plan::rounds_weights) || !prepared.float_model) return;
+    const auto target_of = [&](const std::string& p) { return plan.target_with(p, &target_plan::rounds_weights); };
     const gptq_summary summary = round_weights(prepared, *prepared.float_model, batches,
                                                [&](const std::string& path) { return target_of(path).has_value(); });
-    for (const backend_quantizer& q : quantizer.quantizers()) {
-        if (!q.config().gptq) continue;
+    for (const backend_quantizer& q : plan.quantizer.quantizers()) {
+        if (!target_of(std::string(q.module_path))) continue;
         std::size_t layers = 0;
         std::vector<double> ratios;  // of layers whose nearest rounding has any output error
         for (const gptq_layer& layer : summary.rounded) {

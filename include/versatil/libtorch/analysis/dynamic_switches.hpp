@@ -42,13 +42,13 @@ public:
             if (target.config().cross_layer_equalization) return std::nullopt;
         const auto environment = plan.quantizer.environment_context();
         const engine_scope engine(plan.engine);  // weights are packed for the engine that runs them
-        std::optional<dynamic_detail::frozen_for_direct_path> frozen = dynamic_detail::freeze_for_direct_path(model, plan.quantizer);
+        auto frozen = dynamic_detail::freeze_for_direct_path(model, plan);
         if (!frozen) return std::nullopt;
         switchable_dynamic_quantization switches(std::move(frozen->module), plan.engine);
         try {
             switches.make_switches(frozen->linears, layers);
         } catch (const std::exception& failure) {
-            throw dynamic_detail::lowering_failure(plan, failure);
+            throw detail::lowering_failure(plan, failure);
         }
         return switches;
     }

@@ -117,9 +117,9 @@ inline std::vector<adjustment> leave_model_outputs_float(const ::torch::jit::Mod
         if (weight->kind() != c10::prim::GetAttr || weight->s(c10::attr::name) != "weight") continue;
         const auto path = path_of.find(weight->input());
         if (path == path_of.end()) continue;
-        const std::optional<backend_quantizer> target = plan.quantizer.quantizer_for(path->second);
-        if (!target || target->is_dynamic() || target->is_qat()) continue;
-        const std::string_view because = lowering_of(*target->backend).model_outputs_stay_float_because;
+        const target_plan* target = plan.target_for(path->second);
+        if (!target || target->dynamic || target->qat) continue;
+        const std::string_view because = target->lowering->model_outputs_stay_float_because;
         if (because.empty()) continue;
         const std::int64_t weights = find_submodule(converted, path->second).attr("weight").toTensor().numel();
         if (weights > float_output_weight_limit) {

@@ -117,9 +117,9 @@ inline std::vector<adjustment> leave_unread_values_float(const ::torch::jit::Mod
          })) {
         if (!detail::rounds_value_no_layer_reads(quantize)) continue;
         const ::torch::jit::Node* op = detail::computing_op(quantize->input(0));
-        const std::optional<backend_quantizer> target = plan.quantizer.quantizer_for(call_stack_path(op).value_or(""));
-        if (!target || target->is_dynamic() || target->is_qat()) continue;
-        const std::string_view reason = lowering_of(*target->backend).unread_values_stay_float_because;
+        const target_plan* target = plan.target_for(call_stack_path(op).value_or(""));
+        if (!target || target->dynamic || target->qat) continue;
+        const std::string_view reason = target->lowering->unread_values_stay_float_because;
         if (reason.empty()) continue;
         ::torch::jit::Value* unrounded = quantize->input(0);
         for (const ::torch::jit::Use& use : std::vector<::torch::jit::Use>(quantize->output()->uses()))
@@ -129,7 +129,7 @@ inline std::vector<adjustment> leave_unread_values_float(const ::torch::jit::Mod
             }
         quantize->output()->replaceAllUsesWith(unrounded);  // the shape queries
         quantize->destroy();
-        const std::string path(target->module_path);
+        const std::string& path = target->path;
         ++kept_by_target[path][op->kind().toUnqualString()];
         because[path] = reason;
     }

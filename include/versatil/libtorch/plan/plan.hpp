@@ -1,14 +1,16 @@
 // The quantization plan: what every stage (prepare, calibrate or train, convert, lower) and the
 // measurements read, decided once from the quantizer: its targets, the one engine they lower
-// to, the quant type, and each target's QConfigs, from the backends' lowering traits
-// (backend_lowering.hpp). Each stage returns a staged_model: its module, the plan, and the changes made
-// so that the engine can run a layer.
+// to, the quant type, and per target its backend's lowering traits (backend_lowering.hpp), its
+// QConfigs and the accuracy steps it runs. No stage asks the quantizer or the traits again. Each
+// stage returns a staged_model: its module, the plan, and the changes made so that the engine
+// can run a layer.
 #pragma once
 
 #include <torch/csrc/jit/passes/quantization/quantization_type.h>
 #include <torch/csrc/jit/passes/quantization/insert_observers.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -29,13 +31,20 @@ struct adjustment {
     std::string change;
 };
 
-// One target's QConfigs. LibTorch tells QConfigs apart by the observer objects they hold:
-// modules sharing a class type, or layers reading one value (attention's q/k/v projections),
-// must get the very same QConfig, so each is made once and used for every path under it.
-struct target_qconfigs {
+// What the plan decides for one quantizing target. LibTorch tells QConfigs apart by the observer
+// objects they hold: modules sharing a class type, or layers reading one value (attention's
+// q/k/v projections), must get the very same QConfig, so each is made once and used for every
+// path under it.
+struct target_plan {
+    std::string path;
+    const lowering_traits* lowering;
     ::torch::jit::QConfig standard;
     // For a backend whose static linear kernel is per-tensor only: its linear layers' QConfig.
     std::optional<::torch::jit::QConfig> per_tensor_linear;
+    bool equalizes = false;        // the cle option: prepare equalizes its layer chains
+    bool rounds_weights = false;   // gptq: rounded between calibrate and convert
+    bool corrects_biases = false;  // bias_correction: corrected between convert and lower
+    bool dynamic = false, qat = false;
 };
 
 struct quantization_plan {
@@ -43,7 +52,21 @@ struct quantization_plan {
     at::QEngine engine = at::QEngine::ONEDNN;
     device_set devices{};  // where LibTorch runs the model: its backends' devices, or where it evaluates them
     ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
-    std::map<std::string, target_qconfigs, std::less<>> qconfigs{};  // by target path; none for an exclude
+    std::map<std::string, target_plan, std::less<>> targets{};  // by target path; none for an exclude
+
+    // The plan of the target that quantizes `path`; none outside every target or in an exclude.
+    [[nodiscard]] const target_plan* target_for(std::string_view path) const {
+        const std::optional<backend_quantizer> q = quantizer.quantizer_for(path);
+        return q ? &targets.find(q->module_path)->second : nullptr;
+    }
+    // Whether a target runs the step `step` (&target_plan::rounds_weights, ...), and which target of `path` does.
+    [[nodiscard]] bool any(bool target_plan::*step) const {
+        return std::any_of(targets.begin(), targets.end(), [&](const auto& target) { return target.second.*step; });
+    }
+    [[nodiscard]] std::optional<std::string> target_with(std::string_view path, bool target_plan::*step) const {
+        const target_plan* target = target_for(path);
+        return target && target->*step ? std::optional<std::string>(target->path) : std::nullopt;
+    }
 };
 
 namespace detail {
@@ -92,18 +115,12 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
             per_tensor_linear = ::torch::jit::QConfig{
                 std::get<0>(standard),
                 observing_parameters(make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight)))};
-        plan.qconfigs.emplace(std::string(q.module_path), target_qconfigs{standard, per_tensor_linear});
+        plan.targets.emplace(std::string(q.module_path),
+                             target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
+                                         config.cross_layer_equalization, config.gptq, config.bias_correction,
+                                         q.is_dynamic(), q.is_qat()});
     }
     return plan;
-}
-
-// The module path of the target that quantizes `path`, if that target has the accuracy step
-// `step` (&quantization_config::bias_correction, ...) switched on.
-inline std::optional<std::string> target_with(const runtime_quantizer& quantizer, const std::string& path,
-                                              bool quantization_config::*step) {
-    const std::optional<backend_quantizer> q = quantizer.quantizer_for(path);
-    if (!q || !(q->config().*step)) return std::nullopt;
-    return std::string(q->module_path);
 }
 
 enum class stage { prepared, converted, lowered };

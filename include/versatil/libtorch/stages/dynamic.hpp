@@ -35,7 +35,6 @@
 #include "versatil/libtorch/observers/observers.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"
-#include "versatil/libtorch/analysis/sensitivity.hpp"
 
 namespace versatil::libtorch {
 
@@ -114,15 +113,15 @@ struct frozen_for_direct_path {
 };
 
 inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torch::jit::Module& model,
-                                                                    const runtime_quantizer& quantizer) {
+                                                                    const quantization_plan& plan) {
     ::torch::jit::Module clone = private_clone(model);
     clone.eval();
     ::torch::jit::Module folded = fold_batch_norms(clone);
     // Equalized after folding, as prepare() does: the cle option holds on this path too.
-    std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
+    std::vector<adjustment> adjustments = equalize_for_targets(folded, plan);
     preprocess_as_insert_observers(folded);
     ::torch::jit::Module frozen = ::torch::jit::freeze_module(folded);
-    std::optional<std::vector<targeted_linear>> linears = targeted_linears(frozen.get_method("forward").graph(), quantizer);
+    auto linears = targeted_linears(frozen.get_method("forward").graph(), plan.quantizer);
     if (!linears) return std::nullopt;
     return frozen_for_direct_path{std::move(frozen), std::move(*linears), std::move(adjustments)};
 }
@@ -143,12 +142,6 @@ inline ::torch::jit::Value* insert_linear_dynamic(::torch::jit::Graph& graph, ::
     return graph.insert(c10::Symbol::fromQualString("quantized::linear_dynamic"), {input, packed, graph.insertConstant(true)});
 }
 
-// A failure of LibTorch while packing weights, as lower() reports it.
-inline error lowering_failure(const quantization_plan& plan, const std::exception& failure) {
-    return error(error_kind::lowering_failed,
-                 "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
-}
-
 }  // namespace dynamic_detail
 
 // Dynamic targets quantized directly into the lowered module; none when the model needs the
@@ -159,7 +152,7 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
     check_model_fits(model, plan.quantizer, plan.devices);
     const auto environment = plan.quantizer.environment_context();
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
-    std::optional<dynamic_detail::frozen_for_direct_path> frozen = dynamic_detail::freeze_for_direct_path(model, plan.quantizer);
+    auto frozen = dynamic_detail::freeze_for_direct_path(model, plan);
     if (!frozen) return std::nullopt;
     ::torch::jit::Module& lowered = frozen->module;
     const std::shared_ptr<::torch::jit::Graph> graph = lowered.get_method("forward").graph();
@@ -174,7 +167,7 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
         ::torch::jit::EliminateDeadCode(graph);
         ::torch::jit::FoldQuantizedPrepackingOps(lowered);
     } catch (const std::exception& failure) {
-        throw dynamic_detail::lowering_failure(plan, failure);
+        throw detail::lowering_failure(plan, failure);
     }
     detail::check_lowered_runs(lowered, plan, options);
     return lowered_model{lowered, plan, std::move(frozen->adjustments), std::nullopt};

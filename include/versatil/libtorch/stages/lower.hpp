@@ -73,6 +73,12 @@ inline error engine_failure(const quantization_plan& plan, const std::exception&
                  "the " + engine_name(plan.engine) + " engine cannot run the lowered model: " + one_line(failure));
 }
 
+// A failure of LibTorch while lowering (Finalize, or the direct path packing weights).
+inline error lowering_failure(const quantization_plan& plan, const std::exception& failure) {
+    return error(error_kind::lowering_failed, "LibTorch cannot lower the model to the " + engine_name(plan.engine) +
+                                                  " engine: " + one_line(failure));
+}
+
 // One forward proves the engine runs the lowered model: some unsupported configurations only
 // fail there. It runs the first sample of options.sample: what it proves (that the engine
 // takes each lowered op with its qparams) does not depend on the batch size, and a forward
@@ -108,10 +114,6 @@ inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quanti
     }
 }
 
-}  // namespace detail
-
-namespace detail {
-
 // Finalize edits the graphs of the module it is given before it freezes a copy of it.
 inline lowered_model lower(const converted_model& converted, bool in_place, const lowering_options& options) {
     const quantization_plan& plan = converted.plan;
@@ -126,8 +128,8 @@ inline lowered_model lower(const converted_model& converted, bool in_place, cons
         ::torch::jit::FuseQuantizedAddRelu(graph);
         detail::dequantize_tuples_item_by_item(graph);
         unpack_weights_once(lowered);
-        for (const backend_quantizer& q : plan.quantizer.quantizers()) {
-            const std::string_view because = lowering_of(*q.backend).clamps_read_contiguous_copies_because;
+        for (const auto& [path, target] : plan.targets) {
+            const std::string_view because = target.lowering->clamps_read_contiguous_copies_because;
             if (because.empty()) continue;
             if (const int count = detail::clamps_read_contiguous_copies(graph); count > 0)
                 adjustments.push_back({"", std::to_string(count) + " clamp(s) (ReLU6, hardtanh, clamp) read a "
@@ -136,8 +138,7 @@ inline lowered_model lower(const converted_model& converted, bool in_place, cons
             break;
         }
     } catch (const std::exception& failure) {
-        throw error(error_kind::lowering_failed,
-                    "LibTorch cannot lower the model to the " + engine_name(plan.engine) + " engine: " + one_line(failure));
+        throw lowering_failure(plan, failure);
     }
     check_lowered_runs(lowered, plan, options);
     return {lowered, plan, std::move(adjustments), std::nullopt};

@@ -18,9 +18,7 @@
 
 #include "versatil/core/quantizer.hpp"
 #include "versatil/libtorch/error.hpp"
-#include "versatil/libtorch/accuracy/bias_correction.hpp"
 #include "versatil/libtorch/passes/clamped_observation.hpp"
-#include "versatil/libtorch/accuracy/gptq.hpp"
 #include "versatil/libtorch/accuracy/equalize.hpp"
 #include "versatil/libtorch/passes/fold_batch_norm.hpp"
 #include "versatil/libtorch/passes/inference_graph.hpp"
@@ -45,15 +43,13 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
     dict[""] = c10::nullopt;  // outside every target: float
     for (const target_info& target : plan.quantizer.target_infos())
         dict[std::string(target.path)] =
-            target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.qconfigs.find(target.path)->second.standard;
+            target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.targets.find(target.path)->second.standard;
     for (const auto& item : model.named_modules()) {
-        const std::optional<backend_quantizer> applies = plan.quantizer.quantizer_for(item.name);
-        if (!applies) continue;
-        const target_qconfigs& qconfigs = plan.qconfigs.find(applies->module_path)->second;
-        if (!qconfigs.per_tensor_linear || !calls_op(item.value, is_linear_op)) continue;
-        dict[item.name] = *qconfigs.per_tensor_linear;
+        const target_plan* target = plan.target_for(item.name);
+        if (!target || !target->per_tensor_linear || !calls_op(item.value, is_linear_op)) continue;
+        dict[item.name] = *target->per_tensor_linear;
         adjustments.push_back({item.name, "per-tensor symmetric weights: " +
-                                              std::string(lowering_of(*applies->backend).per_tensor_linear_only_because)});
+                                              std::string(target->lowering->per_tensor_linear_only_because)});
     }
     return dict;
 }
@@ -82,13 +78,14 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         // included): what is then trained is exactly what convert quantizes. See qat.hpp.
         ::torch::jit::Module folded = fold_batch_norms(clone);
         // Equalized after folding: the folded weights are what observers see and convert quantizes.
-        std::vector<adjustment> adjustments = equalize_for_targets(folded, quantizer);
+        std::vector<adjustment> adjustments = equalize_for_targets(folded, plan);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
         const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
         // InsertObservers edits `folded` in place: the float model bias correction and GPTQ
         // measure on is a copy.
-        if (corrects_biases(quantizer) || rounds_weights(quantizer)) prepared.float_model = folded.clone();
+        if (plan.any(&target_plan::corrects_biases) || plan.any(&target_plan::rounds_weights))
+            prepared.float_model = folded.clone();
         // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
         // as they are: what it trains is the model the user wrote.
         if (!quantizer.is_qat()) inline_parameterless_leaf_calls(folded, dict);
