@@ -8,6 +8,7 @@
 #include "versatil/libtorch/accuracy/equalize.hpp"
 #include "versatil/libtorch/accuracy/gptq.hpp"
 #include "versatil/libtorch/analysis/accuracy_target.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/files/cleanup_on_signals.hpp"

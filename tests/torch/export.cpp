@@ -13,7 +13,7 @@
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
 
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/stages/sequence.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
 #include "versatil/libtorch/plan/target_spec.hpp"
 
 namespace {

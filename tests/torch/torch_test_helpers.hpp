@@ -26,8 +26,8 @@
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/files/file_check.hpp"
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/stages/sequence.hpp"
-#include "versatil/libtorch/demo/training.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
+#include "versatil/libtorch/stages/training.hpp"
 
 namespace versatil::testing {
 

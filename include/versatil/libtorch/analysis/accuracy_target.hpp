@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"
-#include "versatil/libtorch/stages/sequence.hpp"
 #include "versatil/libtorch/analysis/sensitivity.hpp"
 
 namespace versatil::libtorch {
@@ -178,7 +178,7 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
                     "a maximum top-1 drop is measured on labelled held-out data: give evaluation batches and their "
                     "labels (the data file's 'test' and 'test_labels')");
     options.per_layer = true;
-    detail::quantized_and_measured full = detail::quantize_keeping_converted(model, quantizer, data, options);
+    detail::quantization_run full = detail::quantize_run(model, quantizer, data, options);
     quantization_result result = std::move(full.result);
     const std::vector<layer_sqnr> ranking = result.report.per_layer;
     const std::int64_t ranked_samples = result.report.per_layer_samples;
@@ -195,14 +195,13 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
         const std::lock_guard serialized(detail::libtorch_state_mutex());
         std::optional<switchable_quantization> static_switches;
         std::optional<switchable_dynamic_quantization> dynamic_switches;
-        if (!quantizer.is_dynamic() && full.converted)
-            static_switches.emplace(full.converted->module, candidates, ::torch::jit::QuantType::STATIC);
+        if (!quantizer.is_dynamic() && full.stages.converted)
+            static_switches.emplace(full.stages.converted->module, candidates, ::torch::jit::QuantType::STATIC);
         if (quantizer.is_dynamic()) dynamic_switches = switchable_dynamic_quantization::make(model, result.model.plan, candidates);
         if (static_switches || dynamic_switches) {
-            const bool held_out = !data.evaluation.empty();
-            std::vector<batch> evaluation = held_out ? data.evaluation : data.calibration;
-            std::vector<adjustment> notes;  // the report already has them
-            detail::conform_input_types(model, evaluation, "evaluation data", notes);
+            // The data as the sequence conformed it, which the report measured on.
+            const bool held_out = !full.stages.data.evaluation.empty();
+            std::vector<batch> evaluation = held_out ? full.stages.data.evaluation : full.stages.data.calibration;
             ::torch::jit::Module float_model = private_clone(model);
             float_model.eval();
             const engine_settings engine{result.model.plan.engine, options.threads, std::nullopt};
@@ -219,7 +218,7 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
                     result.report.float_accuracy, engine});
         }
     }
-    full.converted.reset();
+    full.stages.converted.reset();
 
     // The steps after the first need no analysis of their own: the ranking is the full
     // quantization's, which the final report keeps.

@@ -333,9 +333,6 @@ inline std::vector<adjustment> targets_without_layers(const ::torch::jit::Module
     return notes;
 }
 
-// quantize_options::per_layer_samples's default: per_layer_budget chooses.
-inline constexpr std::int64_t automatic_per_layer_samples = -1;
-
 // Evaluation samples per layer such that the per-layer analysis evaluates about as many samples
 // in all as one pass over the `evaluation_samples` (each layer is one pass of its own), but
 // never fewer than 128 a layer (or all there are): the analysis then costs about one more

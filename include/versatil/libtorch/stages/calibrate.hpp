@@ -18,18 +18,6 @@ namespace versatil::libtorch {
 
 namespace detail {
 
-inline std::string describe_shape(const at::Tensor& tensor) {
-    std::string text = "[";
-    for (std::int64_t i = 0; i < tensor.dim(); ++i) text += (i ? ", " : "") + std::to_string(tensor.size(i));
-    return text + "] " + std::string(c10::toString(tensor.scalar_type()));
-}
-
-inline std::string describe_shape(const batch& inputs) {
-    std::string text;
-    for (const at::Tensor& input : inputs.inputs()) text += (text.empty() ? "" : ", ") + describe_shape(input);
-    return text;
-}
-
 // Rejects what would corrupt observers or crash the model, naming the batch. Integer inputs
 // (token ids, indices) are data like any other: they have no NaN to check.
 inline void check_batch(const batch& inputs, std::size_t index, const char* what = "calibration batch") {

@@ -18,7 +18,7 @@
 
 #include "versatil/libtorch/stages/prepare.hpp"
 #include "versatil/libtorch/torchscript/progress.hpp"
-#include "versatil/libtorch/demo/training.hpp"
+#include "versatil/libtorch/stages/training.hpp"
 
 namespace versatil::libtorch {
 

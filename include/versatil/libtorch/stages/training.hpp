@@ -1,4 +1,5 @@
-// Trains the TorchScript classifiers of models.hpp from C++ and measures their top-1 accuracy.
+// Trains a TorchScript classifier from C++ (QAT's loop, qat.hpp; the demo models of demo/models.hpp)
+// and measures its top-1 accuracy.
 // Quantization has to be tested on a trained model: the weights and activation ranges of a random
 // one say nothing about how much accuracy a backend loses. Trains with cross-entropy on mini-batches
 // drawn without replacement (reshuffled every epoch) and torch::optim over the module's parameters.

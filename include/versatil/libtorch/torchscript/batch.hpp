@@ -5,6 +5,7 @@
 
 #include <torch/script.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,7 +122,28 @@ inline void flatten_output(const c10::IValue& value, const std::string& name, st
     }
     // None, numbers and strings carry no quantization error: they are not compared.
 }
+
+inline std::string describe_shape(const at::Tensor& tensor) {
+    std::string text = "[";
+    for (std::int64_t i = 0; i < tensor.dim(); ++i) text += (i ? ", " : "") + std::to_string(tensor.size(i));
+    return text + "] " + std::string(c10::toString(tensor.scalar_type()));
+}
+
+inline std::string describe_shape(const batch& inputs) {
+    std::string text;
+    for (const at::Tensor& input : inputs.inputs()) text += (text.empty() ? "" : ", ") + describe_shape(input);
+    return text;
+}
 }  // namespace detail
+
+// The data a quantization runs on (stages/sequence.hpp).
+struct quantize_data {
+    std::vector<batch> calibration{};               // batches; static targets need at least one
+    std::vector<batch> evaluation{};                // held-out batches; calibration data when empty
+    std::optional<at::Tensor> evaluation_labels{};  // int64 class labels for every evaluation sample
+    std::optional<at::Tensor> train_inputs{};       // QAT: training samples, batched along dim 0
+    std::optional<at::Tensor> train_labels{};       // QAT: their int64 class labels
+};
 
 // The tensors in a model's output, in a fixed order.
 inline std::vector<named_output> flatten_output(const c10::IValue& output) {
