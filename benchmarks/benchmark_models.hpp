@@ -19,7 +19,7 @@
 #include "versatil/libtorch.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
+#include "versatil/libtorch/stages/training.hpp"
 
 namespace versatil::benchmarks {
 

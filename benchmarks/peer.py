@@ -175,7 +175,7 @@ def twin_of(path, make):
     return model.eval(), scripted.eval()
 
 
-# ---- measurements, the same method as include/versatil/libtorch/pipeline/measure.hpp --------------------------
+# ---- measurements, the same method as include/versatil/libtorch/torchscript/metrics.hpp --------------------------
 
 LATENCY_ROUNDS = 3  # as torch_models.cpp: the quietest of 3 medians on a shared machine
 

@@ -522,7 +522,7 @@ def why_section(summary, slopes, compile_noise_figures, latency_spread):
             f"versatil calibrates {fmt(min(cal))}–{fmt(max(cal))}× as long as the peer on the same batches. Both "
             "sides observe activations with the same HistogramObserver algorithm; versatil's observers are TorchScript "
             "modules whose statistics and range search are compiled LibTorch operators "
-            "(`include/versatil/libtorch/pipeline/observers.hpp`), called by the TorchScript interpreter once per "
+            "(`include/versatil/libtorch/observers/observers.hpp`), called by the TorchScript interpreter once per "
             "observed value. Prepare (clone, conv-bn folding, "
             "InsertObservers) and convert/lower (InsertQuantDeQuant, Finalize: freezing and weight packing) are "
             "LibTorch graph passes over the whole module, which the phase table times.")

@@ -27,7 +27,7 @@
 #include "versatil/libtorch.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/distributed/calibration.hpp"
+#include "versatil/libtorch/distributed/calibrate_distributed.hpp"
 #include "versatil/libtorch/distributed/qat.hpp"
 
 using namespace versatil;

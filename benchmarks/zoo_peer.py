@@ -361,7 +361,7 @@ def mechanism_lines(data, methods):
         f"`gptq` alone (default method) against the default: {sum(g > 0.005 for g in gptq_gain)} of {len(gptq_rows)} "
         f"configurations gain, median {statistics.median(gptq_gain):+.2f} dB, from {min(gptq_gain):+.2f} to "
         f"{max(gptq_gain):+.2f} (largest: {', '.join(ranked[:3])}; smallest: {', '.join(ranked[-3:])}). Mechanism, read "
-        "from the code (pipeline/gptq.hpp): it moves each weight column's rounding error onto the columns not yet "
+        "from the code (accuracy/gptq.hpp): it moves each weight column's rounding error onto the columns not yet "
         "rounded, so each layer's output on the calibration inputs stays closer than with nearest rounding (the report "
         "gives the ratio per target); it changes weights only, so what it can gain is bounded by the share of the "
         "output noise that weight rounding causes. Checked by hand when this was written, not by each run: with FX "
@@ -378,7 +378,7 @@ def mechanism_lines(data, methods):
             f"range with the lowest error on that tensor) is the best of them on {len(auto_best)} of {len(rows)}: the "
             "lowest error per tensor is not the lowest error at the output. `cle` gives the same SQNR as no step, "
             f"for every method, on {len(cle_inert)} of them" + (f" ({', '.join(cle_inert)})" if cle_inert else "") +
-            ". Mechanism, read from the code (pipeline/equalize.hpp): CLE links only conv/linear → (relu) → conv/linear "
+            ". Mechanism, read from the code (accuracy/equalize.hpp): CLE links only conv/linear → (relu) → conv/linear "
             "chains and none through relu6 / hardtanh (a fixed clip: rescaling through it would change the float "
             "model), and it evens out weight ranges across channels, which per-channel weight scales (x86_inductor's "
             "and xnnpack's convolutions) already fit. On x86_inductor PyTorch's onednn default qconfig is the same "

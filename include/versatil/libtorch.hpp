@@ -1,34 +1,32 @@
-// The LibTorch layer: quantize TorchScript models with the core's backends (prepare,
-// calibrate, convert, lower), measure the result, save it. Header-only, on top of LibTorch.
-//   versatil/libtorch/pipeline/  the quantization flow, its graph passes, measurements and report
-//   versatil/libtorch/files/     reading untrusted files (archive, pickle and tensor checks), saving
-//                             whole or not at all, checked writes, cleanup on signals
-//   versatil/libtorch/demo/      the models, blocks and Fashion-MNIST reader of the CLI default,
-//                             tests and benchmarks (not included here)
+// The LibTorch layer: quantize TorchScript models with the core's backends, measure the result,
+// save it. Header-only, on top of LibTorch. Its rooms, in the order a model passes them
+// (docs/layout.md): plan/, stages/ (with observers/, passes/, accuracy/), analysis/, files/;
+// torchscript/ serves them all; export/ (firmware), distributed/ and demo/ are not included here.
 #pragma once
 
+#include "versatil/libtorch/accuracy/bias_correction.hpp"
+#include "versatil/libtorch/accuracy/equalize.hpp"
+#include "versatil/libtorch/accuracy/gptq.hpp"
+#include "versatil/libtorch/analysis/accuracy_target.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
+#include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/files/cleanup_on_signals.hpp"
 #include "versatil/libtorch/files/output_file.hpp"
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/pipeline/accuracy_target.hpp"
-#include "versatil/libtorch/pipeline/batch.hpp"
-#include "versatil/libtorch/pipeline/bias_correction.hpp"
-#include "versatil/libtorch/pipeline/calibrate.hpp"
-#include "versatil/libtorch/pipeline/convert.hpp"
-#include "versatil/libtorch/pipeline/engine.hpp"
-#include "versatil/libtorch/pipeline/equalize.hpp"
-#include "versatil/libtorch/pipeline/gptq.hpp"
-#include "versatil/libtorch/pipeline/inference_graph.hpp"
-#include "versatil/libtorch/pipeline/layer_graph.hpp"
-#include "versatil/libtorch/pipeline/layer_ops.hpp"
-#include "versatil/libtorch/pipeline/lowering.hpp"
-#include "versatil/libtorch/pipeline/lower.hpp"
-#include "versatil/libtorch/pipeline/measure.hpp"
-#include "versatil/libtorch/pipeline/observers.hpp"
-#include "versatil/libtorch/pipeline/plan.hpp"
-#include "versatil/libtorch/pipeline/prepare.hpp"
-#include "versatil/libtorch/pipeline/quantize.hpp"
-#include "versatil/libtorch/pipeline/report.hpp"
-#include "versatil/libtorch/pipeline/shared_types.hpp"
+#include "versatil/libtorch/observers/observers.hpp"
+#include "versatil/libtorch/passes/inference_graph.hpp"
+#include "versatil/libtorch/passes/shared_types.hpp"
+#include "versatil/libtorch/plan/backend_lowering.hpp"
+#include "versatil/libtorch/plan/plan.hpp"
+#include "versatil/libtorch/stages/calibrate.hpp"
+#include "versatil/libtorch/stages/convert.hpp"
+#include "versatil/libtorch/stages/lower.hpp"
+#include "versatil/libtorch/stages/prepare.hpp"
+#include "versatil/libtorch/stages/sequence.hpp"
+#include "versatil/libtorch/torchscript/batch.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/torchscript/layer_graph.hpp"
+#include "versatil/libtorch/torchscript/layer_ops.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/versatil.hpp"

@@ -1,6 +1,6 @@
 // expect-error: versatil::libtorch: a target's backend has no LibTorch lowering
 // expect-error: versatil::Target<versatil::fixed_string<0>\{""\}, EdgeTPU<> >
-#include "versatil/libtorch/pipeline/lowering.hpp"
+#include "versatil/libtorch/plan/backend_lowering.hpp"
 using namespace versatil;
 // A policy of the core's kind (a template of options) with no versatil::libtorch::lowering
 // specialization: the LibTorch layer cannot lower it, and says so while compiling.

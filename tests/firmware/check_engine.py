@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Why cortex_m evaluates on QNNPACK (include/versatil/libtorch/pipeline/lowering.hpp): its
+"""Why cortex_m evaluates on QNNPACK (include/versatil/libtorch/plan/backend_lowering.hpp): its
 quantized conv, with the Cortex-M scheme (quint8 activations at full range, per-channel
 symmetric qint8 weights in [-127, 127]), against the exact result (int32 accumulation, the
 rescale in double, rounded once), on every CPU. oneDNN is measured beside it, on this CPU and

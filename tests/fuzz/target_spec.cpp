@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size > 512) return -1;

@@ -4,11 +4,11 @@
 // computes the one-process reference itself on the same data, so each compares locally.
 #include "doctest_with_torch.hpp"
 #include "torch_test_helpers.hpp"
-#include "versatil/libtorch/distributed/calibration.hpp"
+#include "versatil/libtorch/distributed/calibrate_distributed.hpp"
 #include "versatil/libtorch/distributed/qat.hpp"
-#include "versatil/libtorch/pipeline/convert.hpp"
-#include "versatil/libtorch/pipeline/lower.hpp"
-#include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/stages/convert.hpp"
+#include "versatil/libtorch/stages/lower.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 
 #include <algorithm>

@@ -13,8 +13,8 @@
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
 
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/pipeline/quantize.hpp"
-#include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // compare_outputs, on which most accuracy assertions and every report's SQNR rest, against
-// figures worked by hand from its definition (measure.hpp): SQNR = 10 log10(sum ref^2 /
+// figures worked by hand from its definition (torchscript/metrics.hpp): SQNR = 10 log10(sum ref^2 /
 // sum (ref - actual)^2), and the largest and mean absolute differences. The tensors are small
 // enough to check on paper; the expected values are written as the arithmetic, not as output.
 #include "doctest_with_torch.hpp"
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "versatil/libtorch/pipeline/measure.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
 
 using versatil::libtorch::compare_outputs;
 using versatil::libtorch::model_outputs;

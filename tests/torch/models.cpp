@@ -21,7 +21,7 @@
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/demo/modules.hpp"
-#include "versatil/libtorch/pipeline/module_tree.hpp"
+#include "versatil/libtorch/torchscript/module_tree.hpp"
 
 
 namespace vt = versatil::libtorch;

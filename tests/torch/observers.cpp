@@ -2,7 +2,7 @@
 // versatil::math::choose_qparams, the histogram against PyTorch's own HistogramObserver, the
 // compiled statistics against the TorchScript port they replace, and the observers inside
 // LibTorch's graph-mode passes.
-#include "versatil/libtorch/pipeline/observers.hpp"
+#include "versatil/libtorch/observers/observers.hpp"
 
 #include "doctest_with_torch.hpp"
 #include <torch/csrc/jit/passes/quantization/finalize.h>
@@ -21,9 +21,9 @@
 #include "reference/torchscript_observers.hpp"
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/calibrate.hpp"
-#include "versatil/libtorch/pipeline/module_tree.hpp"
-#include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/stages/calibrate.hpp"
+#include "versatil/libtorch/torchscript/module_tree.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
 #include "versatil/math/qparams.hpp"
 
 namespace {
@@ -811,7 +811,7 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
             quantization_plan ported_plan = plan;
             for (const versatil::backend_quantizer& q : quantizer->quantizers()) {
                 const versatil::quantization_config& config = q.config();
-                target_qconfigs& qconfigs = ported_plan.qconfigs.find(q.module_path)->second;
+                target_plan& qconfigs = ported_plan.targets.find(q.module_path)->second;
                 const torch::jit::Module activation = reference::make_reference_observer(*config.input_activation);
                 qconfigs.standard = torch::jit::QConfig(activation, reference::make_reference_observer(*config.weight));
                 if (qconfigs.per_tensor_linear)

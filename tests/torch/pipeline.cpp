@@ -16,9 +16,9 @@
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch.hpp"
 #include "versatil/libtorch/files/data_file.hpp"
-#include "versatil/libtorch/pipeline/batch.hpp"
-#include "versatil/libtorch/pipeline/graph_walk.hpp"
-#include "versatil/libtorch/pipeline/inference_graph.hpp"
+#include "versatil/libtorch/torchscript/batch.hpp"
+#include "versatil/libtorch/torchscript/graph_walk.hpp"
+#include "versatil/libtorch/passes/inference_graph.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 
 using namespace versatil;

@@ -10,7 +10,7 @@
 #include "versatil/libtorch.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/qat.hpp"
+#include "versatil/libtorch/stages/qat.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -26,7 +26,7 @@
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/files/data_file.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
+#include "versatil/libtorch/stages/training.hpp"
 
 using namespace versatil;
 using namespace versatil::libtorch;

@@ -20,14 +20,14 @@
 
 #include "../runtime/archive_surgery.hpp"
 #include "../runtime/environment_helpers.hpp"
-#include "versatil/libtorch/pipeline/calibrate.hpp"
+#include "versatil/libtorch/stages/calibrate.hpp"
 #include "versatil/backends/catalogue.hpp"
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/files/file_check.hpp"
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/pipeline/quantize.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
+#include "versatil/libtorch/analysis/measure.hpp"
+#include "versatil/libtorch/stages/training.hpp"
 
 namespace versatil::testing {
 

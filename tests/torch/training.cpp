@@ -12,7 +12,7 @@
 
 #include "versatil/libtorch/demo/fashion_mnist.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/training.hpp"
+#include "versatil/libtorch/stages/training.hpp"
 
 
 namespace vt = versatil::libtorch;

@@ -14,8 +14,8 @@
 // observers' statistics are merged over LibTorch's c10d (Gloo), and rank 0 alone converts,
 // measures and writes. QAT targets train as DistributedDataParallel does: each process takes
 // its slice (--batch examples) of every global batch of --batch x WORLD_SIZE, gradients are
-// averaged and fake-quantize ranges merged every step (libtorch/distributed/qat.hpp). A process that never joins or dies makes the others fail within the
-// timeout, writing nothing.
+// averaged and fake-quantize ranges merged every step (libtorch/distributed/qat.hpp). A process
+// that never joins or dies makes the others fail within the timeout, writing nothing.
 //
 // Without --model it quantizes an embedded default (a small CNN + MLP with synthetic data)
 // and prints the report. Targets with the qat option are trained first (on the data file's
@@ -40,10 +40,10 @@
 #include "versatil/libtorch/export/firmware.hpp"
 #include "versatil/libtorch/files/data_file.hpp"
 #include "versatil/libtorch/demo/models.hpp"
-#include "versatil/libtorch/pipeline/target_spec.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
 #include "versatil/libtorch/distributed/world.hpp"
 #ifdef USE_C10D_GLOO
-#include "versatil/libtorch/distributed/calibration.hpp"
+#include "versatil/libtorch/distributed/calibrate_distributed.hpp"
 #include "versatil/libtorch/distributed/qat.hpp"
 #endif
 
@@ -98,6 +98,64 @@ std::string export_namespace(const std::string& header_path, const std::optional
                     std::string(failure.what()) + (given ? "" : "; name one with --export-namespace"));
     }
     return name;
+}
+
+// The processes of a distributed run: joined with Gloo, each calibrating (or training) its share through
+// quantize_options' hooks, with what each rank contributed for the report. Without Gloo, one process only.
+struct world_run {
+#ifdef USE_C10D_GLOO
+    std::optional<process_group> group;
+    distributed_calibration calibrated;
+    distributed_qat trained;
+
+    // Rank 0 says where it listens before waiting (MASTER_PORT 0: the port the OS picked).
+    world_run(const world_config& world, quantize_options& options)
+        : group(process_group::join(world, [&](std::uint16_t port) {
+              std::fprintf(stderr, "versatil-quantize: %s listening at %s:%u\n", describe(world).c_str(),
+                           world.master_addr.c_str(), static_cast<unsigned>(port));
+              std::fflush(stderr);
+          })) {
+        if (!group) return;
+        std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
+                     world.master_addr.c_str(), static_cast<unsigned>(group->world().master_port));
+        options.calibrate_with = [this, &world](prepared_model& prepared, const std::vector<libtorch::batch>& batches) {
+            calibrated = calibrate_distributed(prepared, batches, *group, {.progress = world.writes_outputs()});
+        };
+        options.train_with = [this, &world](prepared_model& prepared, const at::Tensor& images,
+                                            const at::Tensor& labels, qat_options training) {
+            training.progress = training.progress && world.writes_outputs();
+            trained = train_qat_distributed(prepared, images, labels, *group, training);
+            return trained.training;
+        };
+    }
+    const std::vector<std::int64_t>& samples_per_rank(bool qat) const {
+        return qat ? trained.samples_per_rank : calibrated.samples_per_rank;
+    }
+#else
+    world_run(const world_config& world, const quantize_options&) {
+        if (world.is_distributed())
+            throw error(error_kind::invalid_argument,
+                        "this versatil-quantize was built without LibTorch's Gloo process group (libgloo-dev); "
+                        "run it with WORLD_SIZE=1");
+    }
+    std::vector<std::int64_t> samples_per_rank(bool) const { return {}; }
+#endif
+};
+
+// The outputs given, staged and committed as a set: a report never describes a model that could not
+// be saved, and a failure leaves none behind.
+void commit_outputs(const std::optional<std::string>& out_path, const std::optional<std::string>& report_path,
+                    const std::optional<std::string>& export_path, const std::optional<std::string>& model_path,
+                    const quantization_result& result, const std::optional<firmware_export>& exported) {
+    std::optional<output_file> model_file, report_file, header_file;
+    if (out_path) {
+        refuse_input_as_output(*out_path, model_path);
+        write_quantized(model_file.emplace(*out_path), result.model);
+    }
+    if (report_path) report_file.emplace(*report_path).write(to_json(result.report).dump(2) + "\n");
+    if (export_path) header_file.emplace(*export_path).write(exported->header);
+    commit_together({model_file ? &*model_file : nullptr, report_file ? &*report_file : nullptr,
+                     header_file ? &*header_file : nullptr});
 }
 
 }  // namespace
@@ -212,51 +270,20 @@ int main(int argc, char** argv) {
         }
         quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat,
                                  .per_layer_samples = per_layer_samples};
-#ifdef USE_C10D_GLOO
-        // Rank 0 says where it listens before waiting (MASTER_PORT 0: the port the OS picked).
-        std::optional<process_group> group = process_group::join(world, [&](std::uint16_t port) {
-            std::fprintf(stderr, "versatil-quantize: %s listening at %s:%u\n", describe(world).c_str(),
-                         world.master_addr.c_str(), static_cast<unsigned>(port));
-            std::fflush(stderr);
-        });
-        if (group)
-            std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
-                         world.master_addr.c_str(), static_cast<unsigned>(group->world().master_port));
-        distributed_calibration calibrated;
-        distributed_qat trained;
-        if (group) {
-            options.calibrate_with = [&](prepared_model& prepared, const std::vector<libtorch::batch>& batches) {
-                calibrated = calibrate_distributed(prepared, batches, *group, {.progress = world.writes_outputs()});
-            };
-            options.train_with = [&](prepared_model& prepared, const at::Tensor& images, const at::Tensor& labels,
-                                     qat_options training) {
-                training.progress = training.progress && world.writes_outputs();
-                trained = train_qat_distributed(prepared, images, labels, *group, training);
-                return trained.training;
-            };
-        }
-        const std::vector<std::int64_t>& samples_per_rank =
-            quantizer->is_qat() ? trained.samples_per_rank : calibrated.samples_per_rank;
+        world_run processes(world, options);  // its hooks write to it
         if (!world.writes_outputs()) {
             calibrate_only(in.model, *quantizer, in.data, options);
             std::printf("versatil-quantize: %s %s %lld samples; rank 0 converts and writes\n", describe(world).c_str(),
                         quantizer->is_qat() ? "trained on" : "observed",
-                        static_cast<long long>(samples_per_rank.at(static_cast<std::size_t>(world.rank))));
+                        static_cast<long long>(
+                            processes.samples_per_rank(quantizer->is_qat()).at(static_cast<std::size_t>(world.rank))));
             return 0;
         }
-#else
-        if (world.is_distributed())
-            throw error(error_kind::invalid_argument,
-                        "this versatil-quantize was built without LibTorch's Gloo process group (libgloo-dev); "
-                        "run it with WORLD_SIZE=1");
-#endif
         quantization_result result = quantize_to_target(in.model, *quantizer, in.data, target, options);
-#ifdef USE_C10D_GLOO
-        if (group) {
+        if (world.is_distributed()) {
             result.report.world_size = world.size;
-            result.report.samples_per_rank = samples_per_rank;
+            result.report.samples_per_rank = processes.samples_per_rank(quantizer->is_qat());
         }
-#endif
         std::optional<firmware_export> exported;
         if (export_path) {
             exported = export_firmware(in.model, result.model,
@@ -269,17 +296,7 @@ int main(int argc, char** argv) {
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);
-        // The outputs are staged and committed as a set: a report never describes a model that
-        // could not be saved, and a failure leaves none behind.
-        std::optional<output_file> model_file, report_file, header_file;
-        if (out_path) {
-            refuse_input_as_output(*out_path, model_path);
-            write_quantized(model_file.emplace(*out_path), result.model);
-        }
-        if (report_path) report_file.emplace(*report_path).write(to_json(result.report).dump(2) + "\n");
-        if (export_path) header_file.emplace(*export_path).write(exported->header);
-        commit_together({model_file ? &*model_file : nullptr, report_file ? &*report_file : nullptr,
-                         header_file ? &*header_file : nullptr});
+        commit_outputs(out_path, report_path, export_path, model_path, result, exported);
         if (out_path) std::printf("saved %s\n", out_path->c_str());
         if (export_path) std::printf("exported %s (namespace %s)\n", export_path->c_str(), namespace_name.c_str());
         return 0;

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "versatil/libtorch/pipeline/observers.hpp"
+#include "versatil/libtorch/observers/observers.hpp"
 
 namespace versatil::testing::reference_observers {
 

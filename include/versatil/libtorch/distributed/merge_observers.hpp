@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "versatil/libtorch/distributed/process_group.hpp"
-#include "versatil/libtorch/pipeline/layer_graph.hpp"
-#include "versatil/libtorch/pipeline/observers.hpp"
+#include "versatil/libtorch/torchscript/layer_graph.hpp"
+#include "versatil/libtorch/observers/observers.hpp"
 
 namespace versatil::libtorch {
 

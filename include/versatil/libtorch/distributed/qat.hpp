@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "versatil/libtorch/distributed/process_group.hpp"
-#include "versatil/libtorch/pipeline/qat.hpp"
+#include "versatil/libtorch/stages/qat.hpp"
 
 namespace versatil::libtorch {
 

@@ -39,12 +39,12 @@
 #include "versatil/firmware/elementwise/lookup.hpp"
 #include "versatil/firmware/elementwise/softmax.hpp"
 #include "versatil/libtorch/error.hpp"
-#include "versatil/libtorch/pipeline/batch.hpp"
-#include "versatil/libtorch/pipeline/engine.hpp"
-#include "versatil/libtorch/pipeline/fold_batch_norm.hpp"
-#include "versatil/libtorch/pipeline/graph_walk.hpp"
-#include "versatil/libtorch/pipeline/plan.hpp"
-#include "versatil/libtorch/pipeline/private_clone.hpp"
+#include "versatil/libtorch/torchscript/batch.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/passes/fold_batch_norm.hpp"
+#include "versatil/libtorch/torchscript/graph_walk.hpp"
+#include "versatil/libtorch/plan/plan.hpp"
+#include "versatil/libtorch/torchscript/private_clone.hpp"
 
 namespace versatil::libtorch {
 

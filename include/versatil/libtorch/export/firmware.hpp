@@ -22,8 +22,8 @@
 #include "versatil/codegen/header_writer.hpp"
 #include "versatil/codegen/host_runner.hpp"
 #include "versatil/libtorch/export/extract.hpp"
-#include "versatil/libtorch/pipeline/quantize.hpp"
-#include "versatil/libtorch/pipeline/report.hpp"
+#include "versatil/libtorch/analysis/report.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
 
 namespace versatil::libtorch {
 

@@ -17,8 +17,7 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/files/file_check.hpp"
 #include "versatil/libtorch/files/save.hpp"
-#include "versatil/libtorch/pipeline/calibrate.hpp"
-#include "versatil/libtorch/pipeline/quantize.hpp"
+#include "versatil/libtorch/torchscript/batch.hpp"
 
 namespace versatil::libtorch {
 

@@ -39,7 +39,8 @@
 #include "versatil/libtorch/files/pickle_scan.hpp"
 #include "versatil/libtorch/files/temporaries.hpp"
 #include "versatil/libtorch/files/zip_layout.hpp"
-#include "versatil/libtorch/pipeline/engine.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/torchscript/graph_walk.hpp"
 
 namespace versatil::libtorch {
 
@@ -117,18 +118,6 @@ inline std::optional<std::string> find_past_storage(const c10::IValue& value, co
     return std::nullopt;
 }
 
-inline std::optional<std::string> find_constant_past_storage(const ::torch::jit::Block* block) {
-    for (const ::torch::jit::Node* node : block->nodes()) {
-        if (node->kind() == c10::prim::Constant && node->output()->type()->kind() == c10::TypeKind::TensorType)
-            if (const auto constant = ::torch::jit::toIValue(node->output()))
-                if (auto problem = find_past_storage(*constant, "constant " + node->output()->debugName()))
-                    return problem;
-        for (const ::torch::jit::Block* nested : node->blocks())
-            if (auto problem = find_constant_past_storage(nested)) return problem;
-    }
-    return std::nullopt;
-}
-
 }  // namespace detail
 
 // Throws error(kind) naming `path` and the first problem; `what` is "model file" or "data file".
@@ -174,9 +163,15 @@ inline void check_archive(const std::filesystem::path& path, error_kind kind, st
 inline std::optional<std::string> find_tensor_past_storage(const ::torch::jit::Module& module) {
     for (const auto& attribute : module.named_attributes(/*recurse=*/true))
         if (auto problem = detail::find_past_storage(attribute.value, attribute.name)) return problem;
+    const auto is_tensor_constant = [](const ::torch::jit::Node* n) {
+        return n->kind() == c10::prim::Constant && n->output()->type()->kind() == c10::TypeKind::TensorType;
+    };
     for (const ::torch::jit::Module& submodule : module.modules())
         for (const ::torch::jit::Method& method : submodule.get_methods())
-            if (auto problem = detail::find_constant_past_storage(method.graph()->block())) return problem;
+            for (const ::torch::jit::Node* node : nodes_where(method.graph(), is_tensor_constant))
+                if (const auto constant = ::torch::jit::toIValue(node->output()))
+                    if (auto problem = detail::find_past_storage(*constant, "constant " + node->output()->debugName()))
+                        return problem;
     return std::nullopt;
 }
 

@@ -16,12 +16,12 @@
 #include <string>
 #include <system_error>
 
-#include "versatil/libtorch/pipeline/config_json.hpp"
-#include "versatil/libtorch/pipeline/engine.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/files/file_check.hpp"
 #include "versatil/libtorch/files/output_file.hpp"
-#include "versatil/libtorch/pipeline/lower.hpp"
+#include "versatil/libtorch/plan/config_json.hpp"
+#include "versatil/libtorch/plan/plan.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
 #include "versatil/version.hpp"
 
 namespace versatil::libtorch {

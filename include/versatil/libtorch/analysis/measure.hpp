@@ -1,0 +1,260 @@
+// quantize() and measure(): the one stage sequence (stages/sequence.hpp), then the report that
+// measures the lowered model against the float model: outputs, op counts, size, latency, top-1
+// with labels, and the per-layer analysis (sensitivity.hpp, dynamic_switches.hpp). One report
+// builder fills every figure from what the sequence left.
+#pragma once
+
+#include <torch/script.h>
+
+#include "versatil/libtorch/analysis/dynamic_switches.hpp"
+#include "versatil/libtorch/analysis/report.hpp"
+#include "versatil/libtorch/analysis/sensitivity.hpp"
+#include "versatil/libtorch/plan/target_spec.hpp"
+#include "versatil/libtorch/stages/sequence.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
+#include "versatil/libtorch/torchscript/private_clone.hpp"
+
+namespace versatil::libtorch {
+
+struct quantization_result {
+    lowered_model model;
+    quantization_report report;
+};
+
+namespace detail {
+
+// Output SQNR against `reference` with `layer` alone quantized: prepared, calibrated on
+// `calibration` (dynamic targets take none), converted and lowered on its own, then one pass
+// over `evaluation`.
+inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                   const std::string& layer, const quantize_data& calibration,
+                                   const model_outputs& reference, const std::vector<batch>& evaluation, int threads) {
+    auto alone = runtime_quantizer::compose({{layer, quantizer.quantizer_for(layer)->backend}});
+    if (!alone) throw error(error_kind::invalid_argument, alone.error().message);
+    const lowered_model lowered = *run_sequence(model, plan_for(*alone), calibration,
+                                                {.threads = threads, .per_layer = false, .progress = false}).lowered;
+    const engine_scope engine(engine_settings{lowered.plan.engine, threads, std::nullopt});
+    return compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db;
+}
+
+// The per-layer analysis (report.per_layer): output SQNR against the float `model` on
+// `evaluation` with only each layer quantized, worst first. Static targets switch each layer's
+// quantize ops on in `converted`, the model of the one calibration (sensitivity.hpp): one
+// evaluation pass per layer; dynamic targets switch each layer's linear ops on in the direct
+// path's model (dynamic_switches.hpp), one evaluation pass per layer too. Where that cannot
+// stand for the layer quantized alone (a static layer's input on a grid observed elsewhere, as
+// after average pooling; a dynamic model beyond the direct path, or with the cle option), the
+// layer is quantized alone, calibrated on the first 8 calibration batches as the analysis
+// always did.
+// Each layer is evaluated on the first samples of `evaluation` that `requested_samples` asks
+// for (quantize_options::per_layer_samples); `reference_outputs`, when given, are the float
+// model's on all of `evaluation` (measure() has them), used when every sample is.
+struct per_layer_analysis {
+    std::vector<layer_sqnr> layers;  // worst first
+    std::int64_t samples = 0;        // evaluated per layer
+};
+
+inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                         const ::torch::jit::Module* converted, const std::vector<batch>& calibration,
+                                         const std::vector<batch>& all_evaluation, int threads,
+                                         std::int64_t requested_samples = automatic_per_layer_samples,
+                                         const model_outputs* reference_outputs = nullptr) {
+    const std::vector<std::string> layers = analysed_layers(model, quantizer);
+    const std::int64_t all_samples = samples_in(all_evaluation);
+    const std::vector<batch> evaluation = first_samples(
+        all_evaluation, requested_samples == automatic_per_layer_samples ? per_layer_budget(all_samples, layers.size())
+                                                                         : requested_samples);
+    const std::int64_t samples = samples_in(evaluation);
+    const model_outputs reference =
+        reference_outputs && samples == all_samples ? *reference_outputs : run_batches(model, evaluation);
+    quantize_data subset;
+    if (!quantizer.is_dynamic())
+        subset.calibration.assign(calibration.begin(),
+                                  calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
+    std::optional<switchable_quantization> switchable;
+    std::optional<switchable_dynamic_quantization> dynamic_switches;
+    if (!quantizer.is_dynamic()) {
+        if (!converted) throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
+        switchable.emplace(*converted, layers, ::torch::jit::QuantType::STATIC);
+    } else {
+        dynamic_switches = switchable_dynamic_quantization::make(model, plan_for(quantizer), layers);
+    }
+    // Output SQNR of the switched model (static or dynamic) with `layer`'s switches on.
+    const auto switched_on = [&](auto& switches, const std::string& layer) {
+        switches.quantize_layer(layer, true);
+        const double sqnr_db = compare_outputs(reference, run_batches(switches.module(), evaluation)).overall.sqnr_db;
+        switches.quantize_layer(layer, false);
+        return sqnr_db;
+    };
+    std::vector<layer_sqnr> result;
+    for (const std::string& layer : layers) {
+        if (dynamic_switches) {
+            const engine_scope engine(engine_settings{dynamic_switches->engine(), threads, std::nullopt});
+            result.push_back({layer, switched_on(*dynamic_switches, layer)});
+        } else if (switchable && switchable->stands_for_alone(layer)) {
+            result.push_back({layer, switched_on(*switchable, layer)});
+        } else {
+            result.push_back({layer, sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads)});
+        }
+    }
+    std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    return {std::move(result), samples};
+}
+
+// `batch_size` rows of evaluation data (repeated if there are fewer) for timing.
+inline batch timing_batch(const std::vector<batch>& batches, std::int64_t batch_size) {
+    std::vector<at::Tensor> inputs = concatenate(batches);
+    for (at::Tensor& input : inputs) {
+        while (input.size(0) < batch_size) input = at::cat({input, input});
+        input = input.slice(0, 0, batch_size).contiguous();
+    }
+    return batch(std::move(inputs));
+}
+
+// The one report builder: every figure of the report of `lowered`, quantized from the float
+// `model`, from what the stage sequence left (`done`: its conformed data, the converted model the
+// per-layer analysis starts from, training, time).
+inline quantization_report build_report(const ::torch::jit::Module& model, const lowered_model& lowered,
+                                        const stage_results& done, const quantize_options& options) {
+    const quantize_data& data = done.data;
+    const runtime_quantizer& quantizer = lowered.plan.quantizer;
+    quantization_report report;
+    for (const target_info& target : quantizer.target_infos())
+        report.targets.push_back({std::string(target.path), backend_shown(target),
+                                  target.is_exclude() ? "" : std::string(target.backend->options),
+                                  target.is_exclude() ? "" : calibration_shown(*target.backend)});
+    report.engine = engine_name(lowered.plan.engine);
+    // The targets that quantize nothing, what conforming the data changed, then the stages' changes.
+    report.adjustments = targets_without_layers(model, quantizer);
+    report.adjustments.insert(report.adjustments.end(), done.input_notes.begin(), done.input_notes.end());
+    report.adjustments.insert(report.adjustments.end(), lowered.adjustments.begin(), lowered.adjustments.end());
+    report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";
+    report.float_bytes = serialized_bytes(model);
+    report.quantized_bytes = serialized_bytes(lowered.module);
+
+    report.held_out = !data.evaluation.empty();
+    const std::vector<batch>& evaluation = report.held_out ? data.evaluation : data.calibration;
+    if (evaluation.empty())
+        throw error(error_kind::no_evaluation_data,
+                    "nothing to measure the quantized model on: give evaluation batches (the data file's 'test') or "
+                    "calibration batches");
+    for (std::size_t i = 0; i < evaluation.size(); ++i) detail::check_batch(evaluation[i], i, "evaluation batch");
+
+    // Measured on an eval-mode clone: a model left in train mode would update its batch-norm
+    // statistics, and the caller's model is never modified.
+    ::torch::jit::Module float_model = private_clone(model);
+    float_model.eval();
+    const engine_scope engine(engine_settings{lowered.plan.engine, options.threads, std::nullopt});
+    const model_outputs reference = run_batches(float_model, evaluation);
+    // Measured on deep copies (fresh packed weights): oneDNN's quantized conv keeps the primitive
+    // of its first input shape, and the returned model should keep none. The engine can still
+    // fail here, on data lower()'s check did not run (another batch size or shape): that is
+    // lowering_failed too, not a bare LibTorch exception.
+    const auto on_lowered = [&](const auto& run) {
+        try {
+            return run(lowered.module.deepcopy());
+        } catch (const error&) {
+            throw;
+        } catch (const std::exception& failure) {
+            throw detail::engine_failure(lowered.plan, failure);
+        }
+    };
+    const model_outputs quantized = on_lowered([&](const ::torch::jit::Module& copy) { return run_batches(copy, evaluation); });
+    // Op counts: what one evaluation batch runs, on the float model as quantization sees it
+    // (eval mode, inference branches) and on the lowered model.
+    ::torch::jit::Module specialized = float_model.clone();
+    if (!quantizer.is_qat()) specialize_for_inference(specialized);
+    report.quantizable_ops =
+        count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
+    report.quantized_ops = count_ops(
+        on_lowered([&](const ::torch::jit::Module& copy) { return executed_ops(copy, evaluation.front()); }), is_quantized_op);
+    report.evaluation_samples = samples_in(evaluation);
+    const outputs_comparison comparison = compare_outputs(reference, quantized);
+    report.max_abs_diff = comparison.overall.max_abs_diff;
+    report.mean_abs_diff = comparison.overall.mean_abs_diff;
+    report.sqnr_db = comparison.overall.sqnr_db;
+    if (comparison.outputs.size() > 1) report.outputs = comparison.outputs;
+    if (data.evaluation_labels && report.held_out) {
+        report.float_accuracy = top1_accuracy(reference, *data.evaluation_labels);
+        report.quantized_accuracy = top1_accuracy(quantized, *data.evaluation_labels);
+    }
+
+    report.batch_size = options.batch_size;
+    report.threads = options.threads;
+    const batch timing = detail::timing_batch(evaluation, options.batch_size);
+    report.float_ms = median_latency_ms(float_model, timing);
+    report.quantized_ms = on_lowered([&](const ::torch::jit::Module& copy) { return median_latency_ms(copy, timing); });
+
+    // Per-layer analysis: static targets quantize each layer alone in the converted model of the
+    // one calibration (sensitivity.hpp); dynamic ones in the direct path's model, whose weights
+    // are packed once (dynamic_switches.hpp). QAT has nothing to start from before training (it would
+    // mean training once per layer), so it is left to post-training runs.
+    if (options.per_layer && !quantizer.is_qat()) {
+        per_layer_analysis analysis =
+            per_layer_sqnr(float_model, quantizer, done.converted ? &done.converted->module : nullptr, data.calibration,
+                           evaluation, options.threads, options.per_layer_samples, &reference);
+        report.per_layer = std::move(analysis.layers);
+        report.per_layer_samples = analysis.samples;
+    }
+    report.quantize_seconds = done.seconds;
+    if (!quantizer.is_qat()) {
+        report.samples_per_rank = {samples_in(data.calibration)};  // distributed calibration: each rank's
+    }
+    if (done.training) {
+        // The examples trained on, steps x batch; distributed QAT replaces it with each rank's slice.
+        const std::int64_t batch_size = std::min(options.qat.training.batch_size, data.train_inputs->size(0));
+        report.samples_per_rank = {batch_size * static_cast<std::int64_t>(done.training->training.losses.size())};
+        report.qat_steps = static_cast<std::int64_t>(done.training->training.losses.size());
+        report.qat_seconds = done.training->seconds;
+        report.qat_final_loss = done.training->training.final_loss;
+    }
+    return report;
+}
+
+// quantize(), with what the sequence left: the accuracy target's greedy search switches the
+// quantize ops of its converted model (sensitivity.hpp) instead of calibrating per candidate.
+struct quantization_run {
+    quantization_result result;
+    stage_results stages;  // its lowered model moved into result.model
+};
+
+inline quantization_run quantize_run(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                     const quantize_data& data, const quantize_options& options) {
+    const std::lock_guard serialized(libtorch_state_mutex());
+    stage_results done = run_sequence(model, plan_for(quantizer), data, options);
+    quantization_report report = build_report(model, *done.lowered, done, options);
+    lowered_model lowered = std::move(*done.lowered);
+    done.lowered.reset();
+    return {{std::move(lowered), std::move(report)}, std::move(done)};
+}
+
+}  // namespace detail
+
+// Quantizes and measures. Calls from several threads take turns (engine.hpp).
+inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    return detail::quantize_run(model, quantizer, data, options).result;
+}
+
+template <class... Targets>
+quantization_result quantize(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer,
+                             const quantize_data& data, const quantize_options& options = {}) {
+    return quantize(model, to_runtime(quantizer), data, options);
+}
+
+// The report of any lowered model against the float `model` it came from, on `data`'s evaluation
+// batches (its calibration batches when it has none). The per-layer analysis of static targets
+// runs the sequence to the converted model once, on the calibration batches, with no hook.
+inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
+                                   const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    const runtime_quantizer& quantizer = lowered.plan.quantizer;
+    const quantize_options own{.threads = options.threads, .progress = false};  // no hook: no other process joins
+    const bool converts = options.per_layer && !quantizer.is_qat() && !quantizer.is_dynamic();
+    detail::stage_results done = detail::run_sequence(
+        model, lowered.plan, data, own, converts ? detail::run_until::converted : detail::run_until::conformed);
+    done.seconds = 0.0;  // measure() quantizes nothing
+    return detail::build_report(model, lowered, done, options);
+}
+
+}  // namespace versatil::libtorch

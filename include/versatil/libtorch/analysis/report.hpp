@@ -1,0 +1,285 @@
+// What a quantization did and what it cost: targets, op counts, accuracy against the float
+// model (overall, per layer, top-1), size, speed and quantize time. A struct, its JSON, and
+// a table for people.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/libtorch/plan/config_json.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
+#include "versatil/libtorch/plan/plan.hpp"
+
+namespace versatil::libtorch {
+
+struct target_report {
+    std::string path;
+    std::string backend;  // "none" for an exclude
+    std::string options;
+    // How its static activations were calibrated ("histogram (default)", "entropy"); empty when
+    // nothing was (dynamic, QAT, an exclude).
+    std::string calibration{};
+};
+
+// The model's output SQNR when this layer alone is quantized: the layer that loses the most
+// accuracy has the lowest.
+struct layer_sqnr {
+    std::string name;
+    double sqnr_db = 0.0;
+};
+
+// One step towards an accuracy target (accuracy_target.hpp): the layers kept in float so far
+// and what the model quantized without them measured.
+struct accuracy_target_step {
+    std::vector<std::string> kept_in_float;
+    double sqnr_db = 0.0;
+    std::optional<double> quantized_accuracy;
+    bool met = false;
+};
+
+// A model exported as firmware (export/firmware.hpp): the memory figures of its header and
+// how the firmware runtime, run on the host, agrees with LibTorch's quantized model.
+struct firmware_report {
+    std::string namespace_name;
+    std::string input_layout = "chw";          // the header's input order: chw, or hwc (channel-last)
+    std::int64_t header_bytes = 0;
+    std::int64_t arena_bytes = 0;              // the header's model::arena_bytes
+    std::int64_t arena_lower_bound_bytes = 0;  // the largest set of tensors alive at once: no plan needs less
+    std::int64_t greedy_planner_bytes = 0;     // a TFLite-Micro-style greedy-by-size planner, for comparison
+    std::int64_t parameter_bytes = 0;          // weights, biases, multipliers and shifts
+    std::int64_t stack_bytes = 0;              // run's worst stack use on a Cortex-M4 (codegen/stack_use.hpp)
+    std::int64_t compared_samples = 0;
+    std::int64_t compared_elements = 0;
+    std::int64_t differing_elements = 0;  // int8 outputs where the runtime and LibTorch differ at all
+    int max_lsb_diff = 0;                 // the largest difference of one int8 output
+    double top1_agreement = 0.0;          // samples whose largest output is the same one
+    double export_seconds = 0.0;          // extraction and code generation
+};
+
+struct quantization_report {
+    std::vector<target_report> targets;
+    std::string engine;
+    std::vector<adjustment> adjustments;
+
+    std::int64_t quantized_ops = 0;
+    std::int64_t quantizable_ops = 0;          // of quantizable_kind, at every call site
+    std::string quantizable_kind = "conv/linear";  // "linear" for dynamic quantization
+
+    std::int64_t evaluation_samples = 0;
+    bool held_out = false;  // evaluated on data that calibration did not see
+    double max_abs_diff = 0.0;
+    double mean_abs_diff = 0.0;
+    double sqnr_db = 0.0;                 // over all outputs together
+    std::vector<output_comparison> outputs;  // each output's own, for models returning several
+    std::vector<layer_sqnr> per_layer;
+    std::int64_t per_layer_samples = 0;   // the evaluation samples the per-layer SQNRs are measured on
+
+    std::int64_t float_bytes = 0;
+    std::int64_t quantized_bytes = 0;
+
+    std::int64_t batch_size = 1;
+    int threads = 1;
+    double float_ms = 0.0;
+    double quantized_ms = 0.0;
+
+    double quantize_seconds = 0.0;  // prepare + calibrate (or QAT training) + convert + lower
+    std::optional<std::int64_t> qat_steps;  // QAT: training steps, their time and final loss
+    std::optional<double> qat_seconds;
+    std::optional<double> qat_final_loss;
+    std::optional<double> float_accuracy;
+    std::optional<double> quantized_accuracy;
+    std::optional<firmware_report> firmware;  // set when the model was exported as firmware
+    // Calibration or QAT across processes (libtorch/distributed/): how many took part, and the
+    // calibration samples each rank observed, or for QAT the training examples each rank
+    // trained on (steps x its slice of the batch); one entry, all samples, for one process.
+    int world_size = 1;
+    std::vector<std::int64_t> samples_per_rank;
+    // An accuracy target (accuracy_target.hpp): what it asked ("" for none) and every step taken,
+    // the last one the model reported on.
+    std::string accuracy_target;
+    std::vector<accuracy_target_step> target_steps;
+
+    double compression_ratio() const { return static_cast<double>(float_bytes) / static_cast<double>(quantized_bytes); }
+    double speedup() const { return float_ms / quantized_ms; }
+};
+
+namespace detail {
+// JSON has no infinity: identical outputs give an SQNR of null.
+inline nlohmann::json finite_or_null(double value) {
+    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+template <class T>
+nlohmann::json value_or_null(const std::optional<T>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+}  // namespace detail
+
+inline nlohmann::json to_json(const quantization_report& report) {
+    nlohmann::json target_steps = nlohmann::json::array();
+    for (const accuracy_target_step& step : report.target_steps)
+        target_steps.push_back({{"kept_in_float", step.kept_in_float},
+                                {"sqnr_db", detail::finite_or_null(step.sqnr_db)},
+                                {"quantized_accuracy", detail::value_or_null(step.quantized_accuracy)},
+                                {"met", step.met}});
+    nlohmann::json targets = nlohmann::json::array();
+    for (const target_report& t : report.targets)
+        targets.push_back(
+            {{"path", t.path}, {"backend", t.backend}, {"options", t.options}, {"calibration", t.calibration}});
+    nlohmann::json adjustments = nlohmann::json::array();
+    for (const adjustment& a : report.adjustments)
+        adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
+    nlohmann::json outputs = nlohmann::json::array();
+    for (const output_comparison& output : report.outputs)
+        outputs.push_back({{"name", output.name},
+                           {"sqnr_db", detail::finite_or_null(output.sqnr_db)},
+                           {"max_abs_diff", output.max_abs_diff},
+                           {"mean_abs_diff", output.mean_abs_diff}});
+    nlohmann::json per_layer = nlohmann::json::array();
+    for (const layer_sqnr& layer : report.per_layer)
+        per_layer.push_back({{"name", layer.name}, {"sqnr_db", detail::finite_or_null(layer.sqnr_db)}});
+    nlohmann::json firmware = nullptr;
+    if (const std::optional<firmware_report>& f = report.firmware)
+        firmware = {{"namespace", f->namespace_name},
+                    {"input_layout", f->input_layout},
+                    {"header_bytes", f->header_bytes},
+                    {"arena_bytes", f->arena_bytes},
+                    {"arena_lower_bound_bytes", f->arena_lower_bound_bytes},
+                    {"greedy_planner_bytes", f->greedy_planner_bytes},
+                    {"parameter_bytes", f->parameter_bytes},
+                    {"stack_bytes", f->stack_bytes},
+                    {"compared_samples", f->compared_samples},
+                    {"compared_elements", f->compared_elements},
+                    {"differing_elements", f->differing_elements},
+                    {"max_lsb_diff", f->max_lsb_diff},
+                    {"top1_agreement", f->top1_agreement},
+                    {"export_seconds", f->export_seconds}};
+    nlohmann::json json{
+        {"targets", targets},
+        {"engine", report.engine},
+        {"adjustments", adjustments},
+        {"quantized_ops", report.quantized_ops},
+        {"quantizable_ops", report.quantizable_ops},
+        {"quantizable_kind", report.quantizable_kind},
+        {"evaluation_samples", report.evaluation_samples},
+        {"held_out", report.held_out},
+        {"max_abs_diff", report.max_abs_diff},
+        {"mean_abs_diff", report.mean_abs_diff},
+        {"sqnr_db", detail::finite_or_null(report.sqnr_db)},
+        {"outputs", outputs},
+        {"per_layer", per_layer},
+        {"per_layer_samples", report.per_layer_samples},
+        {"float_bytes", report.float_bytes},
+        {"quantized_bytes", report.quantized_bytes},
+        {"compression_ratio", report.compression_ratio()},
+        {"batch_size", report.batch_size},
+        {"threads", report.threads},
+        {"float_ms", report.float_ms},
+        {"quantized_ms", report.quantized_ms},
+        {"speedup", report.speedup()},
+        {"quantize_seconds", report.quantize_seconds},
+        {"qat_steps", detail::value_or_null(report.qat_steps)},
+        {"qat_seconds", detail::value_or_null(report.qat_seconds)},
+        {"qat_final_loss", detail::value_or_null(report.qat_final_loss)},
+        {"float_accuracy", detail::value_or_null(report.float_accuracy)},
+        {"quantized_accuracy", detail::value_or_null(report.quantized_accuracy)},
+        {"firmware", firmware},
+        {"world_size", report.world_size},
+        {"samples_per_rank", report.samples_per_rank},
+        {"accuracy_target", report.accuracy_target.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.accuracy_target)},
+        {"kept_in_float", report.target_steps.empty() ? std::vector<std::string>{} : report.target_steps.back().kept_in_float},
+        {"target_steps", target_steps},
+    };
+    return json;
+}
+
+inline std::string format_table(const quantization_report& report) {
+    std::string text;
+    char line[512];
+    const auto row = [&](const char* name, const std::string& value) {
+        std::snprintf(line, sizeof line, "  %-22s %s\n", name, value.c_str());
+        text += line;
+    };
+    const auto number = [](const char* format, double value) {
+        char buffer[64];
+        std::snprintf(buffer, sizeof buffer, format, value);
+        return std::string(buffer);
+    };
+    const auto sqnr = [&](double db) { return std::isfinite(db) ? number("%.2f dB", db) : "identical"; };
+    text += "targets\n";
+    for (const target_report& t : report.targets) {
+        const std::string spec = t.options.empty() ? t.backend : t.backend + ":" + t.options;
+        row(t.path.empty() ? "(whole model)" : t.path.c_str(),
+            t.calibration.empty() ? spec : spec + " (calibration: " + t.calibration + ")");
+    }
+    for (const adjustment& a : report.adjustments)
+        row(("  " + (a.module_path.empty() ? std::string("(model)") : a.module_path)).c_str(), a.change);
+    text += "result (" + report.engine + " engine)\n";
+    row("quantized ops", std::to_string(report.quantized_ops) + " of " + std::to_string(report.quantizable_ops) + " " +
+                             report.quantizable_kind);
+    const std::string data = std::to_string(report.evaluation_samples) + " samples" +
+                             (report.held_out ? ", held out" : ", calibration data (no held-out set given)");
+    row("output SQNR", sqnr(report.sqnr_db) + " (" + data + ")");
+    row("max / mean |diff|", number("%.5f", report.max_abs_diff) + " / " + number("%.5f", report.mean_abs_diff));
+    for (const output_comparison& output : report.outputs)
+        row(("  output " + output.name).c_str(),
+            sqnr(output.sqnr_db) + ", max |diff| " + number("%.5f", output.max_abs_diff));
+    if (report.float_accuracy && report.quantized_accuracy)
+        row("top-1 float -> int8",
+            number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " + number("%.2f %%", 100.0 * *report.quantized_accuracy));
+    row("size", number("%.1f KiB", report.float_bytes / 1024.0) + " -> " +
+                    number("%.1f KiB", report.quantized_bytes / 1024.0) + " (" +
+                    number("%.2fx smaller", report.compression_ratio()) + ")");
+    row("latency", number("%.3f ms", report.float_ms) + " -> " + number("%.3f ms", report.quantized_ms) + " (" +
+                       number("%.2fx", report.speedup()) + ", batch " + std::to_string(report.batch_size) + ", " +
+                       std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
+    row("quantize time", number("%.3f s", report.quantize_seconds));
+    if (report.world_size > 1) {
+        std::string samples;
+        for (const std::int64_t count : report.samples_per_rank) samples += (samples.empty() ? "" : " / ") + std::to_string(count);
+        row("processes", std::to_string(report.world_size) + (report.qat_steps ? " (training" : " (calibration") +
+                             " samples per rank: " + samples + ")");
+    }
+    if (report.qat_steps)
+        row("QAT training", std::to_string(*report.qat_steps) + " steps in " + number("%.2f s", *report.qat_seconds) +
+                                ", final loss " + number("%.4f", *report.qat_final_loss));
+    if (const std::optional<firmware_report>& f = report.firmware) {
+        text += "firmware (namespace " + f->namespace_name + (f->input_layout == "hwc" ? ", input channel-last" : "") +
+                ", header " + number("%.1f KiB", f->header_bytes / 1024.0) +
+                ", exported in " + number("%.3f s", f->export_seconds) + ")\n";
+        row("arena", std::to_string(f->arena_bytes) + " bytes (live-set lower bound " +
+                         std::to_string(f->arena_lower_bound_bytes) + ", greedy planner " +
+                         std::to_string(f->greedy_planner_bytes) + ")");
+        row("parameters", std::to_string(f->parameter_bytes) + " bytes");
+        row("stack", std::to_string(f->stack_bytes) + " bytes, run's worst on a Cortex-M4 (GCC 12, -Os/-O2)");
+        row("runtime vs LibTorch", "top-1 agrees on " + number("%.2f %%", 100.0 * f->top1_agreement) + " of " +
+                                       std::to_string(f->compared_samples) + " samples; max " +
+                                       std::to_string(f->max_lsb_diff) + " LSB, " +
+                                       std::to_string(f->differing_elements) + " of " +
+                                       std::to_string(f->compared_elements) + " int8 outputs differ");
+    }
+    if (!report.target_steps.empty()) {
+        text += "accuracy target (" + report.accuracy_target + "): layers kept in float, one more each step\n";
+        for (const accuracy_target_step& step : report.target_steps) {
+            std::string kept = step.kept_in_float.empty() ? "(none)" : "";
+            for (const std::string& layer : step.kept_in_float) kept += (kept.empty() ? "" : ", ") + layer;
+            std::string measured = sqnr(step.sqnr_db);
+            if (step.quantized_accuracy) measured += ", top-1 " + number("%.2f %%", 100.0 * *step.quantized_accuracy);
+            row((std::to_string(step.kept_in_float.size()) + " in float").c_str(),
+                measured + (step.met ? " (met)" : "") + ": " + kept);
+        }
+    }
+    if (!report.per_layer.empty()) {
+        text += "per layer (output SQNR with only that layer quantized, worst first; " +
+                std::to_string(report.per_layer_samples) + " samples)\n";
+        for (const layer_sqnr& layer : report.per_layer) row(layer.name.c_str(), sqnr(layer.sqnr_db));
+    }
+    return text;
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,145 @@
+// The quantization plan: what every stage (prepare, calibrate or train, convert, lower) and the
+// measurements read, decided once from the quantizer: its targets, the one engine they lower
+// to, the quant type, and per target its backend's lowering traits (backend_lowering.hpp), its
+// QConfigs and the accuracy steps it runs. No stage asks the quantizer or the traits again. Each
+// stage returns a staged_model: its module, the plan, and the changes made so that the engine
+// can run a layer.
+#pragma once
+
+#include <torch/csrc/jit/passes/quantization/quantization_type.h>
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/core/runtime_quantizer.hpp"
+#include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/observers/fake_quantize.hpp"
+#include "versatil/libtorch/plan/backend_lowering.hpp"
+
+namespace versatil::libtorch {
+
+// A change made so that the engine can run a layer, reported to the user.
+struct adjustment {
+    std::string module_path;
+    std::string change;
+};
+
+// What the plan decides for one quantizing target. LibTorch tells QConfigs apart by the observer
+// objects they hold: modules sharing a class type, or layers reading one value (attention's
+// q/k/v projections), must get the very same QConfig, so each is made once and used for every
+// path under it.
+struct target_plan {
+    std::string path;
+    const lowering_traits* lowering;
+    ::torch::jit::QConfig standard;
+    // For a backend whose static linear kernel is per-tensor only: its linear layers' QConfig.
+    std::optional<::torch::jit::QConfig> per_tensor_linear;
+    bool equalizes = false;        // the cle option: prepare equalizes its layer chains
+    bool rounds_weights = false;   // gptq: rounded between calibrate and convert
+    bool corrects_biases = false;  // bias_correction: corrected between convert and lower
+    bool dynamic = false, qat = false;
+};
+
+struct quantization_plan {
+    runtime_quantizer quantizer;
+    at::QEngine engine = at::QEngine::ONEDNN;
+    device_set devices{};  // where LibTorch runs the model: its backends' devices, or where it evaluates them
+    ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
+    std::map<std::string, target_plan, std::less<>> targets{};  // by target path; none for an exclude
+
+    // The plan of the target that quantizes `path`; none outside every target or in an exclude.
+    [[nodiscard]] const target_plan* target_for(std::string_view path) const {
+        const std::optional<backend_quantizer> q = quantizer.quantizer_for(path);
+        return q ? &targets.find(q->module_path)->second : nullptr;
+    }
+    // Whether a target runs the step `step` (&target_plan::rounds_weights, ...), and which target of `path` does.
+    [[nodiscard]] bool any(bool target_plan::*step) const {
+        return std::any_of(targets.begin(), targets.end(), [&](const auto& target) { return target.second.*step; });
+    }
+    [[nodiscard]] std::optional<std::string> target_with(std::string_view path, bool target_plan::*step) const {
+        const target_plan* target = target_for(path);
+        return target && target->*step ? std::optional<std::string>(target->path) : std::nullopt;
+    }
+};
+
+namespace detail {
+inline quantization_spec per_tensor_weights(quantization_spec weight) {
+    weight.qscheme = qscheme::per_tensor_symmetric;
+    weight.ch_axis = no_channel_axis;
+    weight.observer = is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
+    return weight;
+}
+
+// The same quantization in quint8: levels and zero point shifted by 128.
+inline quantization_spec as_quint8(quantization_spec activation) {
+    activation.dtype = dtype::uint8;
+    activation.quant_min += 128;
+    activation.quant_max += 128;
+    return activation;
+}
+}  // namespace detail
+
+// One model runs on one quantized engine: every quantizing target must lower to the same one.
+inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
+    quantization_plan plan{quantizer};
+    plan.quant_type = quantizer.is_dynamic() ? ::torch::jit::QuantType::DYNAMIC : ::torch::jit::QuantType::STATIC;
+    const std::vector<backend_quantizer> quantizers = quantizer.quantizers();
+    plan.engine = lowering_of(*quantizers.front().backend).engine;
+    plan.devices = device_set::all();
+    for (const backend_quantizer& q : quantizers) {
+        const lowering_traits& lowering = lowering_of(*q.backend);
+        plan.devices = plan.devices & (lowering.evaluated_on ? device_set{*lowering.evaluated_on}
+                                                             : q.backend->supported_device_types);
+        if (lowering.engine != plan.engine)
+            throw error(error_kind::unsupported_composition,
+                        "targets '" + std::string(quantizers.front().module_path) + "' (" +
+                            std::string(quantizers.front().backend_name()) + ") and '" + std::string(q.module_path) +
+                            "' (" + std::string(q.backend_name()) + ") lower to different quantized engines (" +
+                            engine_name(plan.engine) + ", " + engine_name(lowering.engine) +
+                            "); LibTorch runs one engine per process, so quantize the model with one backend");
+        const quantization_config& config = q.config();
+        const quantization_spec activation = lowering.int8_activations_as_quint8 && config.input_activation->dtype == dtype::int8
+                                                 ? detail::as_quint8(*config.input_activation)
+                                                 : *config.input_activation;
+        const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(activation),
+                                             observing_parameters(make_observer_or_fake_quantize(*config.weight))};
+        std::optional<::torch::jit::QConfig> per_tensor_linear;
+        if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() && is_per_channel(config.weight->qscheme))
+            per_tensor_linear = ::torch::jit::QConfig{
+                std::get<0>(standard),
+                observing_parameters(make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight)))};
+        plan.targets.emplace(std::string(q.module_path),
+                             target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
+                                         config.cross_layer_equalization, config.gptq, config.bias_correction,
+                                         q.is_dynamic(), q.is_qat()});
+    }
+    return plan;
+}
+
+enum class stage { prepared, converted, lowered };
+
+// A model after one stage: prepared (observers in place), converted (quantize/dequantize
+// pairs), lowered (the engine's quantized ops; run it with engine_scope(plan.engine) active).
+template <stage At>
+struct staged_model {
+    ::torch::jit::Module module;
+    quantization_plan plan;
+    std::vector<adjustment> adjustments;
+    // prepare's float model (batch norm folded, equalized where cle is on) before observers went
+    // in: what bias correction measures the converted model against, and what GPTQ takes the
+    // layers' inputs from. Kept only when a target has one of those steps; lower() drops it.
+    std::optional<::torch::jit::Module> float_model{};
+};
+
+using prepared_model = staged_model<stage::prepared>;
+using converted_model = staged_model<stage::converted>;
+using lowered_model = staged_model<stage::lowered>;
+
+}  // namespace versatil::libtorch

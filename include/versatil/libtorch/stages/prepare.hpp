@@ -1,0 +1,123 @@
+// prepare: a clone of the model with observers where its targets' backend configs say.
+// Conv + batch-norm and linear + batch-norm pairs are folded first (fold_batch_norm.hpp), then
+// LibTorch's InsertObservers places one observer per quantized value (calls to parameterless
+// leaf modules inlined first, leaf_calls.hpp), configured per module path from the plan
+// (plan.hpp): each target's subtree gets its backend's QConfig, an Exclude's subtree none,
+// everything outside every target none. Targets with the cle option
+// have their layer chains equalized between the two (equalize.hpp); where a target corrects
+// biases, the float model observed is kept for it (bias_correction.hpp). An observer whose value
+// only clamps read then sees it clamped (clamped_observation.hpp; convert undoes that).
+#pragma once
+
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/core/quantizer.hpp"
+#include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/passes/clamped_observation.hpp"
+#include "versatil/libtorch/accuracy/equalize.hpp"
+#include "versatil/libtorch/passes/fold_batch_norm.hpp"
+#include "versatil/libtorch/passes/inference_graph.hpp"
+#include "versatil/libtorch/passes/leaf_calls.hpp"
+#include "versatil/libtorch/plan/backend_lowering.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
+#include "versatil/libtorch/torchscript/module_tree.hpp"
+#include "versatil/libtorch/plan/plan.hpp"
+#include "versatil/libtorch/torchscript/private_clone.hpp"
+#include "versatil/libtorch/passes/shared_types.hpp"
+
+namespace versatil::libtorch {
+
+namespace detail {
+
+// The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
+// subtree gets its QConfig, an exclude's none, everything outside every target none; linear
+// layers of a target whose engine runs them per-tensor only get that QConfig.
+inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const quantization_plan& plan,
+                                              std::vector<adjustment>& adjustments) {
+    ::torch::jit::QConfigDict dict;
+    dict[""] = c10::nullopt;  // outside every target: float
+    for (const target_info& target : plan.quantizer.target_infos())
+        dict[std::string(target.path)] =
+            target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.targets.find(target.path)->second.standard;
+    for (const auto& item : model.named_modules()) {
+        const target_plan* target = plan.target_for(item.name);
+        if (!target || !target->per_tensor_linear || !calls_op(item.value, is_linear_op)) continue;
+        dict[item.name] = *target->per_tensor_linear;
+        adjustments.push_back({item.name, "per-tensor symmetric weights: " +
+                                              std::string(target->lowering->per_tensor_linear_only_because)});
+    }
+    return dict;
+}
+
+}  // namespace detail
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const quantization_plan& plan) {
+    if (!model.find_method("forward"))
+        throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
+    const runtime_quantizer& quantizer = plan.quantizer;
+    check_model_fits(model, quantizer, plan.devices);
+    prepared_model prepared{model, plan, {}, std::nullopt};
+
+    // Post-training quantization runs the model as it will be deployed, in eval mode: where
+    // LibTorch cannot place observers in the graphs as scripted, they are specialized for
+    // inference (inference_graph.hpp), a step deeper each time. QAT trains, and keeps them.
+    std::vector<specialization_depth> depths{specialization_depth::none};
+    if (!quantizer.is_qat())
+        depths.insert(depths.end(), {specialization_depth::branches, specialization_depth::constants,
+                                     specialization_depth::inlined});
+    for (const specialization_depth depth : depths) {
+        ::torch::jit::Module clone = private_clone(model);
+        clone.eval();  // folding and freezing need eval mode
+        const inference_specialization changes = specialize_for_inference(clone, depth);
+        // Batch norm is folded into the convolution or linear layer before observers (QAT
+        // included): what is then trained is exactly what convert quantizes. See qat.hpp.
+        ::torch::jit::Module folded = fold_batch_norms(clone);
+        // Equalized after folding: the folded weights are what observers see and convert quantizes.
+        std::vector<adjustment> adjustments = equalize_for_targets(folded, plan);
+        reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
+        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
+        split_shared_types(folded, dict);
+        // InsertObservers edits `folded` in place: the float model bias correction and GPTQ
+        // measure on is a copy.
+        if (plan.any(&target_plan::corrects_biases) || plan.any(&target_plan::rounds_weights))
+            prepared.float_model = folded.clone();
+        // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
+        // as they are: what it trains is the model the user wrote.
+        if (!quantizer.is_qat()) inline_parameterless_leaf_calls(folded, dict);
+        try {
+            prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, plan.quant_type);
+        } catch (const std::exception& failure) {
+            if (depth != depths.back()) continue;
+            throw error(error_kind::unsupported_model, "LibTorch cannot place observers in this model: " + one_line(failure));
+        }
+        if (const int clamped = clamp_observed_values(prepared.module); clamped > 0)
+            adjustments.push_back({"", std::to_string(clamped) +
+                                           " value(s) read only by clamps (ReLU6, hardtanh, clamp, ReLU, hardswish, "
+                                           "hardsigmoid) observed as the clamp sees them, so their range skips what "
+                                           "it cuts off"});
+        if (changes.fast_paths > 0)
+            adjustments.push_back({"", std::to_string(changes.fast_paths) +
+                                           " fused inference fast path(s) (nn.TransformerEncoderLayer, "
+                                           "nn.MultiheadAttention) replaced by their reference branches, whose linear "
+                                           "layers quantize"});
+        prepared.adjustments = std::move(adjustments);
+        break;
+    }
+    return prepared;
+}
+
+inline prepared_model prepare(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+    return prepare(model, plan_for(quantizer));
+}
+
+template <class... Targets>
+prepared_model prepare(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer) {
+    return prepare(model, plan_for(to_runtime(quantizer)));
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,175 @@
+// The one stage sequence: the data's input types conformed to the model's, then prepare (with
+// cross-layer equalization), calibrate (or train, for QAT targets), round weights (GPTQ),
+// convert, correct biases and lower; dynamic targets straight into the lowered module where the
+// direct path covers the model (dynamic.hpp). Every entry point runs it, as far as it needs:
+// quantize_model and quantize() (analysis/measure.hpp) to the end, measure()'s per-layer analysis
+// to the converted model, calibrate_only to the calibrated one. Distributed runs plug in through
+// quantize_options::calibrate_with and train_with.
+#pragma once
+
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "versatil/libtorch/accuracy/bias_correction.hpp"
+#include "versatil/libtorch/accuracy/gptq.hpp"
+#include "versatil/libtorch/stages/calibrate.hpp"
+#include "versatil/libtorch/stages/convert.hpp"
+#include "versatil/libtorch/stages/dynamic.hpp"
+#include "versatil/libtorch/stages/lower.hpp"
+#include "versatil/libtorch/stages/prepare.hpp"
+#include "versatil/libtorch/stages/qat.hpp"
+#include "versatil/libtorch/torchscript/engine.hpp"
+
+namespace versatil::libtorch {
+
+inline constexpr std::int64_t automatic_per_layer_samples = -1;  // per_layer_samples: per_layer_budget chooses
+
+struct quantize_options {
+    std::int64_t batch_size = 1;  // for latency
+    int threads = 1;              // for latency and lowering
+    bool per_layer = true;        // per-layer SQNR (one evaluation pass per layer; not for QAT)
+    bool progress = true;
+    qat_options qat{};            // QAT targets: how to train
+    // Calibrates in place of calibrate(prepared, batches) when set: distributed calibration
+    // (libtorch/distributed/calibrate_distributed.hpp) observes a shard and merges across processes.
+    // The per-layer analysis starts from the model this calibrated.
+    std::function<void(prepared_model&, const std::vector<batch>&)> calibrate_with{};
+    // Trains QAT targets in place of train_qat when set: distributed QAT
+    // (libtorch/distributed/qat.hpp) trains a slice of each batch and averages across processes.
+    std::function<qat_result(prepared_model&, const at::Tensor& images, const at::Tensor& labels, const qat_options&)>
+        train_with{};
+    // Evaluation samples the per-layer analysis runs each layer on: automatic_per_layer_samples
+    // (the default) for about one evaluation pass in all (analysis/sensitivity.hpp, per_layer_budget),
+    // 0 for all of them, N for the first N. Last, so that positional initialisers written
+    // before it still mean what they meant.
+    std::int64_t per_layer_samples = automatic_per_layer_samples;
+};
+
+namespace detail {
+
+// Calibrates `prepared` on data.calibration, or trains it, for QAT targets, on data.train_inputs
+// and train_labels; options.calibrate_with / train_with in place of calibrate / train_qat.
+inline std::optional<qat_result> calibrate_or_train(prepared_model& prepared, const quantize_data& data,
+                                                    const quantize_options& options) {
+    if (prepared.plan.quantizer.is_qat()) {
+        if (!data.train_inputs || !data.train_labels)
+            throw error(error_kind::no_training_data,
+                        "QAT targets train before converting: give training samples and labels (the data file's "
+                        "'train_inputs' and 'train_labels')");
+        qat_options qat = options.qat;
+        qat.progress = qat.progress && options.progress;
+        if (options.train_with) return options.train_with(prepared, *data.train_inputs, *data.train_labels, qat);
+        return train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+    }
+    if (options.calibrate_with)
+        options.calibrate_with(prepared, data.calibration);
+    else
+        calibrate(prepared, data.calibration, {options.progress});
+    return std::nullopt;
+}
+
+// The floating-point type the model computes in: that of its first floating parameter or
+// buffer (none for a model without any).
+inline std::optional<at::ScalarType> model_float_type(const ::torch::jit::Module& model) {
+    for (const at::Tensor& parameter : model.parameters())
+        if (at::isFloatingType(parameter.scalar_type())) return parameter.scalar_type();
+    for (const at::Tensor& buffer : model.buffers())
+        if (at::isFloatingType(buffer.scalar_type())) return buffer.scalar_type();
+    return std::nullopt;
+}
+
+// Floating inputs of another type than the model's (a float64 data file for a float32
+// model) are converted to the model's, with one note per input and type.
+inline void conform_input_types(const ::torch::jit::Module& model, std::vector<batch>& batches, const char* what,
+                                std::vector<adjustment>& notes) {
+    const std::optional<at::ScalarType> model_type = model_float_type(model);
+    if (!model_type) return;
+    std::vector<std::string> noted;
+    for (batch& inputs : batches) {
+        std::vector<at::Tensor> converted = inputs.inputs();
+        bool changed = false;
+        for (std::size_t i = 0; i < converted.size(); ++i) {
+            const at::ScalarType type = converted[i].scalar_type();
+            if (!at::isFloatingType(type) || type == *model_type) continue;
+            const std::string note = std::string(what) + (converted.size() > 1 ? " input " + std::to_string(i) : "") +
+                                     " converted from " + c10::toString(type) + " to the model's " +
+                                     c10::toString(*model_type);
+            if (std::find(noted.begin(), noted.end(), note) == noted.end()) noted.push_back(note);
+            converted[i] = converted[i].to(*model_type);
+            changed = true;
+        }
+        if (changed) inputs = batch(std::move(converted));
+    }
+    for (const std::string& note : noted) notes.push_back({"", note});
+}
+
+// How far the sequence runs: measure() conforms only, or converts for its per-layer analysis;
+// calibrate_only stops once calibrated (or trained).
+enum class run_until { conformed, calibrated, converted, lowered };
+
+// What the sequence leaves: the data as the stages saw it, and the models its caller reads.
+struct stage_results {
+    quantize_data data;                        // input types conformed to the model's
+    std::vector<adjustment> input_notes;       // what conforming converted
+    std::optional<qat_result> training;        // QAT targets: what training did
+    std::optional<converted_model> converted;  // run_until::converted, or lowered with options.per_layer
+    std::optional<lowered_model> lowered;      // run_until::lowered
+    double seconds = 0.0;
+};
+
+inline stage_results run_sequence(const ::torch::jit::Module& model, const quantization_plan& plan, quantize_data data,
+                                  const quantize_options& options, run_until until = run_until::lowered) {
+    const auto start = std::chrono::steady_clock::now();
+    stage_results done{std::move(data), {}, std::nullopt, std::nullopt, std::nullopt};
+    conform_input_types(model, done.data.calibration, "calibration data", done.input_notes);
+    conform_input_types(model, done.data.evaluation, "evaluation data", done.input_notes);
+    lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
+    if (!done.data.calibration.empty()) lowering.sample = done.data.calibration.front();
+    else if (!done.data.evaluation.empty()) lowering.sample = done.data.evaluation.front();
+    if (until == run_until::lowered) done.lowered = lower_dynamic_directly(model, plan, lowering);
+    if (until != run_until::conformed && !done.lowered) {
+        prepared_model prepared = prepare(model, plan);
+        done.training = calibrate_or_train(prepared, done.data, options);
+        if (until == run_until::calibrated) return done;
+        if (!done.training) round_weights_for_targets(prepared, done.data.calibration);
+        // Each stage takes over the model of the one before (no copy of the weights) unless the
+        // per-layer analysis reads the converted model after lowering.
+        converted_model converted = convert(std::move(prepared));
+        correct_biases_for_targets(converted, done.data.calibration);
+        if (until == run_until::lowered && (done.training || !options.per_layer))
+            done.lowered = lower(std::move(converted), lowering);
+        else if (until == run_until::lowered)
+            done.lowered = lower(converted, lowering);
+        if (!done.lowered || (!done.training && options.per_layer)) done.converted = std::move(converted);
+    }
+    done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return done;
+}
+
+}  // namespace detail
+
+// prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
+// Calls from several threads take turns (engine.hpp).
+inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                    const quantize_data& data, const quantize_options& options = {}) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    return std::move(*detail::run_sequence(model, plan_for(quantizer), data, options).lowered);
+}
+
+// Prepares and calibrates (trains, for QAT targets) as quantize does, and stops there: for a
+// process that only contributes observer statistics or gradients (options.calibrate_with,
+// train_with) to another that converts, measures and writes (distributed ranks other than 0).
+inline void calibrate_only(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                           const quantize_data& data, const quantize_options& options) {
+    const std::lock_guard serialized(detail::libtorch_state_mutex());
+    (void)detail::run_sequence(model, plan_for(quantizer), data, options, detail::run_until::calibrated);
+}
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,54 @@
+// One stage sequence (stages/sequence.hpp): every entry point that quantizes runs the same
+// stages on the same data, so it builds and measures the same model. Each case here once failed
+// when an entry point ran a copy of the sequence of its own.
+#include "doctest_with_torch.hpp"
+
+#include "torch_test_helpers.hpp"
+#include "versatil/libtorch.hpp"
+#include "versatil/libtorch/demo/models.hpp"
+
+using namespace versatil;
+using namespace versatil::libtorch;
+using versatil::testing::smooth_batches;
+using versatil::testing::whole_model;
+
+TEST_CASE("measure() analyses the layers of quantize_model's model, GPTQ-rounded as quantize() analyses them") {
+    // The per-layer analysis of static targets switches layers in the converted model (sensitivity.hpp).
+    // quantize() hands over its own; measure() builds one: before the one sequence it did so without the
+    // gptq step, so its figures were those of round-to-nearest weights, not of the model it measured.
+    const quantize_data data{smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
+    const runtime_quantizer quantizer = whole_model("x86_inductor:gptq");
+    const quantize_options options{.progress = false};
+    const quantization_result quantized = quantize(small_cnn_mlp(0), quantizer, data, options);
+    const lowered_model lowered = quantize_model(small_cnn_mlp(0), quantizer, data, options);
+    const quantization_report measured = measure(small_cnn_mlp(0), lowered, data, options);
+    CHECK(measured.sqnr_db == quantized.report.sqnr_db);  // the same lowered model
+    REQUIRE(measured.per_layer.size() == quantized.report.per_layer.size());
+    REQUIRE(!measured.per_layer.empty());
+    for (std::size_t i = 0; i < measured.per_layer.size(); ++i) {
+        CAPTURE(quantized.report.per_layer[i].name);
+        CHECK(measured.per_layer[i].name == quantized.report.per_layer[i].name);
+        CHECK(measured.per_layer[i].sqnr_db == quantized.report.per_layer[i].sqnr_db);
+    }
+}
+
+TEST_CASE("quantize_model converts data of another floating type to the model's, as quantize() does") {
+    // float32 batches and the same values in float64 (exact: every float32 is a float64) must give the
+    // same model. Before the one sequence quantize_model skipped the conversion, and the float64
+    // calibration batches did not fit the float32 model.
+    const quantize_data data{smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
+    quantize_data doubled = data;
+    for (std::vector<batch>* batches : {&doubled.calibration, &doubled.evaluation})
+        for (batch& rows : *batches) rows = batch(rows.input().to(at::kDouble));
+    const runtime_quantizer quantizer = whole_model("x86_inductor");
+    const lowered_model from_float = quantize_model(small_cnn_mlp(0), quantizer, data, {.progress = false});
+    const lowered_model from_double = quantize_model(small_cnn_mlp(0), quantizer, doubled, {.progress = false});
+    const engine_scope engine(from_float.plan.engine);
+    const at::Tensor expected = run_batches(from_float.module.deepcopy(), data.evaluation).tensors.front();
+    const at::Tensor actual = run_batches(from_double.module.deepcopy(), data.evaluation).tensors.front();
+    CHECK(at::equal(expected, actual));
+    // What quantize() reports it converted, quantize_model converts too: the lowered models agree.
+    const quantization_result reported =
+        quantize(small_cnn_mlp(0), quantizer, doubled, {.per_layer = false, .progress = false});
+    CHECK(at::equal(expected, run_batches(reported.model.module.deepcopy(), data.evaluation).tensors.front()));
+}
