@@ -247,7 +247,9 @@ TEST_CASE("an op firmware cannot run is refused, naming the op and the module") 
     CAPTURE(encoder);
     // Refused for the block's first op that firmware cannot run, not for a shape on the way.
     CHECK(encoder.find("cannot export for firmware: op '") != std::string::npos);
-    CHECK(encoder.find("' in module 'encoder") != std::string::npos);
+    // The first such op is the attention's float in-projection, which LibTorch keeps no module path
+    // for: the refusal names the module it comes after (the attention's transpose, now exported).
+    CHECK(encoder.find(" module 'encoder") != std::string::npos);
 }
 
 TEST_CASE("a layer left in float is refused, naming it") {

@@ -670,15 +670,21 @@ private:
     // transformer block's ops) rather than for a shape on the way there.
     void refuse_unsupported_kinds() const {
         const Node* first = nullptr;
+        std::string last_module;  // of the ops before it, for one LibTorch keeps no module path for
         for_each_node(graph_->block(), [&](const Node* node) {
-            if (!first && has_tensor_output(node) && node->kind() != c10::prim::Constant && node->blocks().empty() &&
-                !is_exported_kind(node->kind().toQualString()))
-                first = node;
+            if (first || !has_tensor_output(node) || node->kind() == c10::prim::Constant || !node->blocks().empty())
+                return;
+            if (!is_exported_kind(node->kind().toQualString())) first = node;
+            else if (std::string module = module_of(node); !module.empty()) last_module = std::move(module);
         });
         if (!first) return;
         const auto value = values_.find(first->outputs()[0]);
         const bool float_op = value != values_.end() && value->second.isTensor() && !value->second.toTensor().is_quantized();
-        unsupported(first, module_of(first), float_op ? runs_in_float : no_kernel);
+        const std::string module = module_of(first);
+        if (module.empty() && !last_module.empty())
+            fail("op '" + std::string(first->kind().toQualString()) + "' after module '" + last_module +
+                 "' (LibTorch keeps no module path for it) " + (float_op ? runs_in_float : no_kernel));
+        unsupported(first, module, float_op ? runs_in_float : no_kernel);
     }
 
     static constexpr const char* runs_in_float =
