@@ -295,9 +295,8 @@ private:
             return;
         }
         const at::Tensor& like = computed(node->output()).toTensor();
-        const at::Tensor levels = every_level(at::_make_per_tensor_quantized_tensor(
-            at::zeros({1, 1}, like.scalar_type() == c10::kQUInt8 ? at::kByte : at::kChar), in.scale,
-            in.zero_point + (like.scalar_type() == c10::kQUInt8 ? 128 : 0)));
+        const at::Tensor levels = every_level(like.scalar_type(), in.scale,
+                                              in.zero_point + (like.scalar_type() == c10::kQUInt8 ? 128 : 0), 2);
         const at::Tensor requantized = at::quantize_per_tensor(levels.dequantize(), like.q_scale(), like.q_zero_point(),
                                                                like.scalar_type());
         codegen::integer_op& op = emit(codegen::op_kind::lookup, node, module, {input});
@@ -520,16 +519,21 @@ private:
         return dims;
     }
 
-    // A tensor holding every level of `like`'s type once, with its quantization, shaped
-    // [1, 256, 1, ...] to its rank: what an elementwise op's table is computed from.
-    static at::Tensor every_level(const at::Tensor& like) {
-        std::vector<std::int64_t> sizes(static_cast<std::size_t>(like.dim()), 1);
+    // A tensor holding every level of a quantized type once, with that quantization, shaped
+    // [1, 256, 1, ...] to `rank`: what an elementwise op's table is computed from.
+    static at::Tensor every_level(c10::ScalarType type, double scale, std::int64_t zero_point, std::int64_t rank) {
+        std::vector<std::int64_t> sizes(static_cast<std::size_t>(rank), 1);
         sizes.at(1) = firmware::lookup_table_size;
-        const bool unsigned_levels = like.scalar_type() == c10::kQUInt8;
+        const bool unsigned_levels = type == c10::kQUInt8;
         const at::Tensor levels = at::arange(unsigned_levels ? 0 : -128, unsigned_levels ? 256 : 128, at::kInt)
                                       .to(unsigned_levels ? at::kByte : at::kChar)
                                       .reshape(sizes);
-        return at::_make_per_tensor_quantized_tensor(levels, like.q_scale(), like.q_zero_point());
+        return at::_make_per_tensor_quantized_tensor(levels, scale, zero_point);
+    }
+
+    // every_level with `like`'s type, quantization and rank.
+    static at::Tensor every_level(const at::Tensor& like) {
+        return every_level(like.scalar_type(), like.q_scale(), like.q_zero_point(), like.dim());
     }
 
     // The int8 levels of a quantized tensor of 256 elements (quint8 less 128).
