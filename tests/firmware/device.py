@@ -49,7 +49,7 @@ def build(args, variant: str, out: Path) -> Path:
     includes = [f"-I{Path(args.root) / 'include'}", f"-I{Path(args.root) / 'examples' / 'firmware'}"] + \
         [f"-I{d}" for d in args.include_dir]
     elf = out / f"{Path(args.source).stem}_{variant}.elf"
-    command = [args.compiler, *FLAGS, *FLOAT_FLAGS[variant], *args.flag, *defines, *includes, "-nostartfiles", "-T", str(board / "mps2_an386.ld"),
+    command = [args.compiler, *FLAGS, *FLOAT_FLAGS[variant], *defines, *includes, "-nostartfiles", "-T", str(board / "mps2_an386.ld"),
                "-Wl,--gc-sections", f"-Wl,-Map={elf.with_suffix('.map')}", str(board / "startup.cpp"), args.source,
                "-o", str(elf)]
     print(" ".join(command), flush=True)
@@ -111,7 +111,6 @@ def main():
     parser.add_argument("--source", required=True)
     parser.add_argument("--host-program", required=True)
     parser.add_argument("--define", action="append", default=[])
-    parser.add_argument("--flag", action="append", default=[], help="a further compiler flag")
     parser.add_argument("--include-dir", action="append", default=[])
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--variants", default="dsp,portable")

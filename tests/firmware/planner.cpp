@@ -179,6 +179,25 @@ int view_root(const random_graph& g, int t) {
     return t;
 }
 
+// Each tensor's first and last layer, counted here rather than by the planner: written by one
+// layer, read by others, a scratch tensor during its layer, the output to the end.
+struct lifetime_table {
+    std::vector<int> first, last;
+};
+
+lifetime_table lifetimes(const random_graph& g, int output) {
+    lifetime_table t{std::vector<int>(g.tensors.size(), -1), std::vector<int>(g.tensors.size(), -1)};
+    for (int i = 0; i < static_cast<int>(g.layers.size()); ++i) {
+        const fw::layer& l = g.layers[static_cast<std::size_t>(i)];
+        t.first[static_cast<std::size_t>(l.output)] = t.last[static_cast<std::size_t>(l.output)] = i;
+        if (l.scratch >= 0) t.first[static_cast<std::size_t>(l.scratch)] = t.last[static_cast<std::size_t>(l.scratch)] = i;
+        for (int k = 0; k < l.input_count(); ++k)
+            t.last[static_cast<std::size_t>(l.inputs[k])] = std::max(t.last[static_cast<std::size_t>(l.inputs[k])], i);
+    }
+    t.last[static_cast<std::size_t>(output)] = static_cast<int>(g.layers.size());
+    return t;
+}
+
 }  // namespace
 
 TEST_CASE("random graphs: live tensors never share bytes except by the in-place rule; live-set bound <= arena <= greedy") {
@@ -192,15 +211,8 @@ TEST_CASE("random graphs: live tensors never share bytes except by the in-place 
         if (n % 2 == 1) add_scratch(g, random);
         with_scratch += static_cast<int>(g.tensors.size()) - 1 > output ? 1 : 0;
         const planned p = plan(g, output);
-        const int count = static_cast<int>(g.tensors.size()), steps = static_cast<int>(g.layers.size());
-        std::vector<int> first(static_cast<std::size_t>(count), -1), last(static_cast<std::size_t>(count), -1);
-        for (int i = 0; i < steps; ++i) {
-            const fw::layer& l = g.layers[static_cast<std::size_t>(i)];
-            first[static_cast<std::size_t>(l.output)] = last[static_cast<std::size_t>(l.output)] = i;
-            if (l.scratch >= 0) first[static_cast<std::size_t>(l.scratch)] = last[static_cast<std::size_t>(l.scratch)] = i;
-            for (int k = 0; k < l.input_count(); ++k) last[static_cast<std::size_t>(l.inputs[k])] = std::max(last[static_cast<std::size_t>(l.inputs[k])], i);
-        }
-        last[static_cast<std::size_t>(output)] = steps;
+        const int count = static_cast<int>(g.tensors.size());
+        const auto [first, last] = lifetimes(g, output);
         CHECK(p.at[0].external);
         CHECK(p.figures.arena_bytes >= p.figures.lower_bound_bytes);
         CHECK(p.figures.arena_bytes <= p.figures.greedy_bytes);  // the fallback to no in-place layers
@@ -242,6 +254,50 @@ TEST_CASE("random graphs: live tensors never share bytes except by the in-place 
     CHECK(with_scratch > graphs / 4);
     CHECK(at_bound > graphs * 8 / 10);
     CHECK(in_place_layers > 500);
+}
+
+// What an exported header checks of the plan it states (arena_check.hpp): every plan the planner
+// makes passes; a tensor moved onto the bytes of another one alive with it, outside any in-place
+// pair, or past the end of the arena, is named.
+TEST_CASE("random graphs: the header's plan check accepts the planner's plans and names a misplaced tensor") {
+    std::mt19937 random(23);
+    int graphs = 0, moved = 0, named = 0;
+    for (int n = 0; n < 2000; ++n) {
+        random_graph g = make_graph(random);
+        if (g.layers.empty()) continue;
+        ++graphs;
+        const int output = static_cast<int>(g.tensors.size()) - 1;
+        if (n % 2 == 1) add_scratch(g, random);
+        planned p = plan(g, output);
+        const int count = static_cast<int>(g.tensors.size());
+        std::vector<fw::planner_slot> work(g.tensors.size());
+        const auto check = [&] {
+            return fw::misplaced_tensor(g.tensors, g.layers, 0, output, p.at, p.figures.arena_bytes, work);
+        };
+        CAPTURE(n);
+        REQUIRE(check() == -1);
+        const auto [first, last] = lifetimes(g, output);
+        const int b = static_cast<int>(random() % static_cast<unsigned>(count));
+        if (p.at[static_cast<std::size_t>(b)].external) continue;
+        const fw::placement kept = p.at[static_cast<std::size_t>(b)];
+        p.at[static_cast<std::size_t>(b)].offset = p.figures.arena_bytes - g.tensors[static_cast<std::size_t>(b)].bytes() + 1;
+        CHECK(check() >= 0);  // one byte past the arena
+        p.at[static_cast<std::size_t>(b)] = kept;
+        for (int a = 0; a < count; ++a) {
+            const std::size_t ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
+            const bool together = first[ua] <= last[ub] && first[ub] <= last[ua];
+            const bool handover = last[ua] == first[ub] || last[ub] == first[ua];  // could be in place
+            if (a == b || p.at[ua].external || !together || handover || view_root(g, a) == view_root(g, b)) continue;
+            p.at[ub].offset = p.at[ua].offset;
+            ++moved;
+            named += check() >= 0 ? 1 : 0;
+            p.at[ub] = kept;
+            break;
+        }
+    }
+    MESSAGE(graphs << " graphs; " << moved << " plans with a tensor moved onto a live one");
+    CHECK(moved > graphs / 4);
+    CHECK(named == moved);
 }
 
 TEST_CASE("random graphs: the kernels at the planned offsets give what separate buffers give") {

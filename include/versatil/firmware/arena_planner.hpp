@@ -71,9 +71,9 @@ constexpr bool overlaps(int first_a, int last_a, int first_b, int last_b) noexce
     return first_a <= last_b && first_b <= last_a;
 }
 
-// Lifetimes and blocks (steps 1 and 2), and each block's extent and lifetime.
-constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer> layers, int input, int output,
-                           bool in_place, std::span<planner_slot> slots) noexcept {
+// Step 1: each slot's bytes and lifetime, every tensor in a block of its own.
+constexpr void count_lifetimes(std::span<const shape> tensors, std::span<const layer> layers, int input, int output,
+                               std::span<planner_slot> slots) noexcept {
     const int count = static_cast<int>(tensors.size()), steps = static_cast<int>(layers.size());
     for (int t = 0; t < count; ++t) slots[t] = {tensors[t].bytes(), -1, -1, t, 0};
     for (int i = 0; i < steps; ++i) {
@@ -84,6 +84,13 @@ constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer
             if (slots[l.inputs[k]].last < i) slots[l.inputs[k]].last = i;
     }
     if (output >= 0 && output != input) slots[output].last = steps;  // read by the final copy
+}
+
+// Lifetimes and blocks (steps 1 and 2), and each block's extent and lifetime.
+constexpr void form_blocks(std::span<const shape> tensors, std::span<const layer> layers, int input, int output,
+                           bool in_place, std::span<planner_slot> slots) noexcept {
+    const int count = static_cast<int>(tensors.size()), steps = static_cast<int>(layers.size());
+    count_lifetimes(tensors, layers, input, output, slots);
     // While blocks form, each tensor is the one member of its own until a layer joins it to another.
     for (int t = 0; t < count; ++t) slots[t].first_member = t;
     const auto join = [&](int t, int block) {

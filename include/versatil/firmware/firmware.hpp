@@ -3,6 +3,7 @@
 #pragma once
 
 #include "versatil/firmware/add.hpp"
+#include "versatil/firmware/arena_check.hpp"
 #include "versatil/firmware/arena_planner.hpp"
 #include "versatil/firmware/avg_pool2d.hpp"
 #include "versatil/firmware/clamp.hpp"
