@@ -221,7 +221,8 @@ TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API 
                              "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr std::int8_t weights_0[]",
                              "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[",
                              "inline constexpr fw::arena_plan<tensor_count> plan = {{{",
-                             "static_assert(fw::misplaced_tensor(plan, tensors, layers, input_tensor, output_tensor) == -1",
+                             "static_assert(fw::misplaced_tensor(plan, tensors, layers, input_tensor, "
+                             "output_tensor) == -1",
                              "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
                              "fw::depthwise_conv2d_3x3(detail::layer_2, a + plan.tensors[", "fw::conv2d_im2col(detail::layer_0, ",
                              "fw::linear_blocked(detail::layer_", "kernel conv2d_im2col, weights in its order", ", in place\n"})

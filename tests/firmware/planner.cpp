@@ -190,7 +190,8 @@ lifetime_table lifetimes(const random_graph& g, int output) {
     for (int i = 0; i < static_cast<int>(g.layers.size()); ++i) {
         const fw::layer& l = g.layers[static_cast<std::size_t>(i)];
         t.first[static_cast<std::size_t>(l.output)] = t.last[static_cast<std::size_t>(l.output)] = i;
-        if (l.scratch >= 0) t.first[static_cast<std::size_t>(l.scratch)] = t.last[static_cast<std::size_t>(l.scratch)] = i;
+        if (l.scratch >= 0)
+            t.first[static_cast<std::size_t>(l.scratch)] = t.last[static_cast<std::size_t>(l.scratch)] = i;
         for (int k = 0; k < l.input_count(); ++k)
             t.last[static_cast<std::size_t>(l.inputs[k])] = std::max(t.last[static_cast<std::size_t>(l.inputs[k])], i);
     }
@@ -280,7 +281,8 @@ TEST_CASE("random graphs: the header's plan check accepts the planner's plans an
         const int b = static_cast<int>(random() % static_cast<unsigned>(count));
         if (p.at[static_cast<std::size_t>(b)].external) continue;
         const fw::placement kept = p.at[static_cast<std::size_t>(b)];
-        p.at[static_cast<std::size_t>(b)].offset = p.figures.arena_bytes - g.tensors[static_cast<std::size_t>(b)].bytes() + 1;
+        const std::size_t b_bytes = g.tensors[static_cast<std::size_t>(b)].bytes();
+        p.at[static_cast<std::size_t>(b)].offset = p.figures.arena_bytes - b_bytes + 1;
         CHECK(check() >= 0);  // one byte past the arena
         p.at[static_cast<std::size_t>(b)] = kept;
         for (int a = 0; a < count; ++a) {

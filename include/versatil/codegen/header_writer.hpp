@@ -297,8 +297,9 @@ inline std::string c_interface(const lowered_graph& g, const std::string& ns, co
 // compiling costs more than a compiler allows on a model of a hundred tensors; checking one
 // costs a pass over the pairs of tensors.
 inline std::string stated_plan(const host_plan& plan, const std::string& ns) {
-    std::string text = "// The arena plan: offsets from the code generator's planner (versatil/firmware/arena_planner.hpp),\n"
-                       "// checked by the compiler below (versatil/firmware/arena_check.hpp).\n"
+    std::string text = "// The arena plan: offsets from the code generator's planner\n"
+                       "// (versatil/firmware/arena_planner.hpp), checked by the compiler below\n"
+                       "// (versatil/firmware/arena_check.hpp).\n"
                        "inline constexpr fw::arena_plan<tensor_count> plan = {{{";
     for (std::size_t t = 0; t < plan.tensors.size(); ++t)
         text += std::string(t % 6 == 0 ? "\n    " : " ") + "{" + (plan.tensors[t].external ? "true" : "false") + ", " +
@@ -307,7 +308,8 @@ inline std::string stated_plan(const host_plan& plan, const std::string& ns) {
     return text + "\n}}, {" + std::to_string(f.arena_bytes) + ", " + std::to_string(f.lower_bound_bytes) + ", " +
            std::to_string(f.greedy_bytes) + "}};\n" +
            "static_assert(fw::misplaced_tensor(plan, tensors, layers, input_tensor, output_tensor) == -1, \"" + ns +
-           ": the stated arena plan puts a tensor (the number compared with -1) on bytes another one still needs\");\n\n";
+           ": the stated arena plan puts a tensor (the number compared with -1) on bytes another one still "
+           "needs\");\n\n";
 }
 
 }  // namespace detail
