@@ -25,7 +25,8 @@ KINDS = ["InvalidArgument", "MissingModule", "UnsupportedDevice", "UnsupportedCo
 def cli_source(name):
     """A model source string of tests/cli/check_cli.py (the encoder QNNPACK cannot lower one way)."""
     tree = ast.parse((Path(__file__).resolve().parent.parent / "cli" / "check_cli.py").read_text())
-    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == name)
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", None) == name)
 
 
 class NoTensorOut(nn.Module):
@@ -41,10 +42,6 @@ def main():
     torch.manual_seed(0)
     cnn = torch.jit.script(nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 26 * 26, 10)).eval())
     x = torch.randn(32, 1, 28, 28)
-    scope = {"torch": torch, "nn": nn}
-    exec(cli_source("ENCODER_SOURCE"), scope)
-    encoder = torch.jit.script(scope["Encoder"]().eval())
-    tokens = torch.randn(16, 8, 32)
     raised = set()
 
     def expect(kind, text, call):
@@ -59,6 +56,12 @@ def main():
 
     with tempfile.TemporaryDirectory() as scratch:
         d = Path(scratch)
+        # TorchScript reads a class's source from its file: the encoder's, written to one.
+        (d / "cli_encoder.py").write_text("import torch\nfrom torch import nn\n" + cli_source("ENCODER_SOURCE"))
+        sys.path.insert(0, scratch)
+        import cli_encoder
+        encoder = torch.jit.script(cli_encoder.Encoder().eval())
+        tokens = x
         expect("InvalidArgument", "unknown option 'bogus'", lambda: versatil.quantize(cnn, x, targets={"": "xnnpack:bogus"}))
         expect("InvalidArgument", "torch.jit.script", lambda: versatil.quantize(nn.Linear(2, 2), x))
         expect("MissingModule", "'nope'", lambda: versatil.quantize(cnn, x, targets={"nope": "xnnpack"}))
