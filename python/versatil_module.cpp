@@ -107,7 +107,8 @@ void add_item(const py::handle& item, std::size_t arity, const char* what, pytho
         fail(error_kind::invalid_calibration_data,
              std::string(what) + " batch " + std::to_string(data.batches.size()) + ": a tensor, or a tuple of the " +
                  "model's " + std::to_string(arity) + " input tensor(s) optionally followed by integer labels, not " +
-                 std::string(py::str(sequence ? py::repr(item) : py::type::of(item).attr("__qualname__"))).substr(0, 120));
+                 std::string(py::str(sequence ? py::repr(item) : py::type::of(item).attr("__qualname__")))
+                     .substr(0, 120));
     data.batches.emplace_back(std::move(inputs));
     if (labelled) labels.push_back(tensor_of(items[arity]));
 }
@@ -188,12 +189,25 @@ struct run_settings {
     std::optional<double> max_accuracy_drop;
 };
 
+// The pipeline with the GIL released. Python acts on Ctrl-C only when Python code runs, so a SIGINT
+// received meanwhile is honoured once the pipeline returns: KeyboardInterrupt, the result dropped,
+// nothing written.
 quantization_result run_pipeline(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                  const quantize_data& data, const run_settings& settings, const qat_options& qat) {
     const quantize_options options{.threads = settings.threads, .per_layer = settings.per_layer, .progress = true,
                                    .qat = qat};
-    const py::gil_scoped_release released;
-    return quantize_to_target(model, quantizer, data, {settings.min_sqnr, settings.max_accuracy_drop}, options);
+    std::optional<quantization_result> result;
+    {
+        const py::gil_scoped_release released;
+        result = quantize_to_target(model, quantizer, data, {settings.min_sqnr, settings.max_accuracy_drop}, options);
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    return std::move(*result);
+}
+
+// (quantized ScriptModule, report), as every quantizing function returns them.
+py::tuple python_result(const quantization_result& result) {
+    return py::make_tuple(python_module(result.model.module, metadata_of(result.model)), python_report(result.report));
 }
 
 py::tuple quantize(const py::object& model, const py::object& calibration,
@@ -205,8 +219,7 @@ py::tuple quantize(const py::object& model, const py::object& calibration,
     if (data.calibration.empty() && data.evaluation.empty() && !quantizer.is_qat())
         fail(error_kind::no_calibration_data, "no data: give calibration batches (a tensor, a tuple of tensors or an "
                                               "iterable of batches)");
-    const quantization_result result = run_pipeline(float_model, quantizer, data, settings, {});
-    return py::make_tuple(python_module(result.model.module, metadata_of(result.model)), python_report(result.report));
+    return python_result(run_pipeline(float_model, quantizer, data, settings, {}));
 }
 
 }  // namespace
@@ -286,9 +299,7 @@ PYBIND11_MODULE(versatil, m) {
             qat.training.learning_rate = learning_rate;
             qat.training.batch_size = batch_size;
             qat.freeze_observers_after = freeze_observers_after.value_or(-1);
-            const quantization_result result = run_pipeline(float_model, quantizer, data, {false, threads, {}, {}}, qat);
-            return py::make_tuple(python_module(result.model.module, metadata_of(result.model)),
-                                  python_report(result.report));
+            return python_result(run_pipeline(float_model, quantizer, data, {false, threads, {}, {}}, qat));
         },
         py::arg("model"), py::arg("train_inputs"), py::arg("train_labels"), py::kw_only(),
         py::arg("targets") = std::map<std::string, std::optional<std::string>>{{"", "xnnpack:qat"}},
@@ -300,7 +311,8 @@ PYBIND11_MODULE(versatil, m) {
     m.def(
         "export_firmware",
         [](const py::object& model, const py::object& calibration, const std::string& path,
-           const std::optional<std::string>& namespace_name, const std::map<std::string, std::optional<std::string>>& targets,
+           const std::optional<std::string>& namespace_name,
+           const std::map<std::string, std::optional<std::string>>& targets,
            const py::object& evaluation, const std::optional<at::Tensor>& labels, const std::string& input_layout,
            bool per_layer, int threads) {
             const ::torch::jit::Module float_model = script_module(model);
@@ -314,22 +326,23 @@ PYBIND11_MODULE(versatil, m) {
             try {
                 codegen::check_namespace(name);
             } catch (const std::invalid_argument& failure) {
-                fail(error_kind::invalid_argument, std::string(failure.what()) + (namespace_name ? "" : "; name one with namespace="));
+                fail(error_kind::invalid_argument,
+                     std::string(failure.what()) + (namespace_name ? "" : "; name one with namespace="));
             }
             const quantize_data data = data_from(float_model, calibration, evaluation, labels);
-            quantization_result result = run_pipeline(float_model, quantizer, data, {per_layer, threads, {}, {}}, {});
+            quantization_result result =
+                run_pipeline(float_model, quantizer, data, {per_layer, threads, {}, {}}, {});
             {
                 const py::gil_scoped_release released;
-                const firmware_export exported =
-                    export_firmware(float_model, result.model, data.evaluation.empty() ? data.calibration : data.evaluation,
-                                    name, input_layout == "hwc" ? codegen::input_layout::hwc : codegen::input_layout::chw);
+                const firmware_export exported = export_firmware(
+                    float_model, result.model, data.evaluation.empty() ? data.calibration : data.evaluation, name,
+                    input_layout == "hwc" ? codegen::input_layout::hwc : codegen::input_layout::chw);
                 result.report.firmware = exported.report;
                 output_file header(path);
                 header.write(exported.header);
                 header.commit();
             }
-            return py::make_tuple(python_module(result.model.module, metadata_of(result.model)),
-                                  python_report(result.report));
+            return python_result(result);
         },
         py::arg("model"), py::arg("calibration"), py::arg("path"), py::kw_only(), py::arg("namespace") = py::none(),
         py::arg("targets") = std::map<std::string, std::optional<std::string>>{{"", "cortex_m"}},
@@ -369,7 +382,8 @@ PYBIND11_MODULE(versatil, m) {
             std::map<std::string, std::vector<std::string>> listed;
             for (const backend_descriptor* descriptor : builtin_backends)
                 if (auto [entry, fresh] = listed.try_emplace(std::string(descriptor->name)); fresh)
-                    for (const std::string_view option : versatil::detail::known_options(builtin_backends, descriptor->name))
+                    for (const std::string_view option :
+                         versatil::detail::known_options(builtin_backends, descriptor->name))
                         entry->second.emplace_back(option);
             return listed;
         },

@@ -4,7 +4,10 @@ versatil.Error) with the library's one-line message; a Python exception from the
 iterable goes on unchanged; nothing aborts. Kinds that need a data file, a fault of the machine or
 other processes cannot arise through this API (listed in UNREACHABLE)."""
 import ast
+import os
+import signal
 import sys
+import threading
 import tempfile
 from pathlib import Path
 
@@ -40,7 +43,8 @@ def main():
         if not issubclass(getattr(versatil, kind, type(None)), versatil.Error):
             failures.append(f"versatil.{kind} is not a versatil.Error")
     torch.manual_seed(0)
-    cnn = torch.jit.script(nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 26 * 26, 10)).eval())
+    cnn = torch.jit.script(
+        nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 26 * 26, 10)).eval())
     x = torch.randn(32, 1, 28, 28)
     raised = set()
 
@@ -62,7 +66,8 @@ def main():
         import cli_encoder
         encoder = torch.jit.script(cli_encoder.Encoder().eval())
         tokens = x
-        expect("InvalidArgument", "unknown option 'bogus'", lambda: versatil.quantize(cnn, x, targets={"": "xnnpack:bogus"}))
+        expect("InvalidArgument", "unknown option 'bogus'",
+               lambda: versatil.quantize(cnn, x, targets={"": "xnnpack:bogus"}))
         expect("InvalidArgument", "torch.jit.script", lambda: versatil.quantize(nn.Linear(2, 2), x))
         expect("MissingModule", "'nope'", lambda: versatil.quantize(cnn, x, targets={"nope": "xnnpack"}))
         expect("UnsupportedDevice", "'meta'", lambda: versatil.quantize(torch.jit.script(nn.Linear(4, 2).to("meta")),
@@ -72,7 +77,8 @@ def main():
         expect("NoCalibrationData", "no data", lambda: versatil.quantize(cnn, None))
         expect("NoTrainingData", "QAT targets train", lambda: versatil.quantize(cnn, x, targets={"": "xnnpack:qat"}))
         expect("NoEvaluationData", "top-1 drop", lambda: versatil.quantize(cnn, x, max_accuracy_drop=1.0))
-        expect("InvalidCalibrationData", "NaN", lambda: versatil.quantize(cnn, torch.full((4, 1, 28, 28), float("nan"))))
+        expect("InvalidCalibrationData", "NaN",
+               lambda: versatil.quantize(cnn, torch.full((4, 1, 28, 28), float("nan"))))
         expect("InvalidCalibrationData", "batch 1", lambda: versatil.quantize(cnn, [x, "not a batch"]))
         (d / "junk.pt").write_bytes(b"not a model")
         expect("InvalidModelFile", "junk.pt", lambda: versatil.load(str(d / "junk.pt")))
@@ -98,6 +104,29 @@ def main():
     except KeyError as e:
         if "the caller's own" not in str(e):
             failures.append(f"the iterable's KeyError changed: {e}")
+
+    # Ctrl-C in the middle of a run, sent by another Python thread: that thread runs at all only because
+    # the pipeline released the GIL; the call ends in KeyboardInterrupt and writes nothing.
+    in_call, fired_in_call = [False], []
+    def interrupt():
+        fired_in_call.append(in_call[0])
+        os.kill(os.getpid(), signal.SIGINT)
+    with tempfile.TemporaryDirectory() as scratch:
+        header = Path(scratch) / "interrupted.hpp"
+        timer = threading.Timer(0.3, interrupt)
+        try:
+            in_call[0] = True
+            timer.start()
+            versatil.export_firmware(cnn, torch.randn(4096, 1, 28, 28), str(header))
+            failures.append("Ctrl-C during a run: the call returned")
+        except KeyboardInterrupt:
+            pass
+        in_call[0] = False
+        timer.join()
+        if fired_in_call != [True]:
+            failures.append("the GIL was held during the run: another thread could not interrupt it")
+        if header.exists():
+            failures.append("an interrupted export wrote its header")
 
     missing = set(KINDS) - raised - set(UNREACHABLE)
     if missing:
