@@ -217,4 +217,13 @@ inline void correct_biases_for_targets(converted_model& converted, const std::ve
         converted.adjustments.push_back({path, "bias correction: none (the layer has no bias)"});
 }
 
+// The sequence's step for the bias_correction option (accuracy/steps.hpp): on the converted model,
+// before lowering.
+struct bias_correction_step {
+    static bool applies(const target_plan& target) { return target.corrects_biases; }
+    static void run(converted_model& converted, const std::vector<batch>& calibration) {
+        correct_biases_for_targets(converted, calibration);
+    }
+};
+
 }  // namespace versatil::libtorch

@@ -429,4 +429,12 @@ inline void round_weights_for_targets(prepared_model& prepared, const std::vecto
         prepared.adjustments.push_back({path, "gptq: rounded to nearest, because " + why});
 }
 
+// The sequence's step for the gptq option (accuracy/steps.hpp): on the calibrated model, before convert.
+struct gptq_step {
+    static bool applies(const target_plan& target) { return target.rounds_weights; }
+    static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
+        round_weights_for_targets(calibrated, calibration);
+    }
+};
+
 }  // namespace versatil::libtorch
