@@ -146,7 +146,8 @@ public:
         : recorder_(model, layers, input_lists,
                     [](::torch::jit::Module& module, const std::string&, bool first) {
                         if (!first) return module.setattr("_versatil_inputs", c10::List<at::Tensor>());
-                        module.register_attribute("_versatil_inputs", c10::ListType::ofTensors(), c10::List<at::Tensor>());
+                        module.register_attribute("_versatil_inputs", c10::ListType::ofTensors(),
+                                                  c10::List<at::Tensor>());
                     },
                     [&](const layer_op& found, const ::torch::jit::Module& module) { see(found, module); }) {}
 

@@ -84,7 +84,8 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
         std::optional<engine_scope> pinned;
         if (switches->engine()) pinned.emplace(engine_settings{*switches->engine(), threads, std::nullopt});
         switches->quantize_layer(layer, true);
-        result.push_back({layer, compare_outputs(reference, run_batches(switches->module(), evaluation)).overall.sqnr_db});
+        const model_outputs switched = run_batches(switches->module(), evaluation);
+        result.push_back({layer, compare_outputs(reference, switched).overall.sqnr_db});
         switches->quantize_layer(layer, false);
     }
     std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });

@@ -244,7 +244,8 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
         }
         // Nothing anywhere, or no finite range: the observer keeps its own, as one process.
         if (histogram_of(observers[i].kind) == entropy_grid && entropy_grids[i].bins > 0)
-            module.setattr(observer_state::histogram, histograms.slice(0, histogram_offsets[i], histogram_offsets[i + 1]).clone());
+            module.setattr(observer_state::histogram,
+                           histograms.slice(0, histogram_offsets[i], histogram_offsets[i + 1]).clone());
         if (size == 0 && !per_tensor) continue;  // a per-channel observer no rank saw anything with
         module.setattr(observer_state::min_val, min_val.to(old_min.scalar_type()));
         module.setattr(observer_state::max_val, max_val.to(old_min.scalar_type()));

@@ -1,7 +1,8 @@
 // The one stage sequence: the data's input types conformed to the model's, then prepare (with
 // cross-layer equalization), calibrate (or train, for QAT targets), the accuracy steps of the
-// calibrated model (GPTQ), convert, those of the converted model (bias correction) and lower; dynamic targets straight into the lowered module where the
-// direct path covers the model (dynamic.hpp). Every entry point runs it, as far as it needs:
+// calibrated model (GPTQ), convert, those of the converted model (bias correction) and lower
+// (accuracy/steps.hpp lists the steps); dynamic targets straight into the lowered module where
+// the direct path covers the model (dynamic.hpp). Every entry point runs it, as far as it needs:
 // quantize_model and quantize() (analysis/measure.hpp) to the end, measure()'s per-layer analysis
 // to the converted model, calibrate_only to the calibrated one. Distributed runs plug in through
 // quantize_options::calibrate_with and train_with.
