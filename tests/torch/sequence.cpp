@@ -3,6 +3,8 @@
 // when an entry point ran a copy of the sequence of its own.
 #include "doctest_with_torch.hpp"
 
+#include <boost/hana/concat.hpp>
+
 #include "torch_test_helpers.hpp"
 #include "versatil/libtorch.hpp"
 #include "versatil/libtorch/demo/models.hpp"
@@ -51,4 +53,59 @@ TEST_CASE("quantize_model converts data of another floating type to the model's,
     const quantization_result reported =
         quantize(small_cnn_mlp(0), quantizer, doubled, {.per_layer = false, .progress = false});
     CHECK(at::equal(expected, run_batches(reported.model.module.deepcopy(), data.evaluation).tensors.front()));
+}
+
+// Toy accuracy steps, one at each point of the sequence and one that no target asks for: named
+// only in the list the test hands to the sequence, as a new step is named only in accuracy/steps.hpp.
+namespace {
+std::vector<std::string> toy_log;
+
+struct toy_calibrated_step {
+    static bool applies(const target_plan&) { return true; }
+    static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
+        toy_log.push_back("calibrated, " + std::to_string(samples_in(calibration)) + " samples");
+        calibrated.adjustments.push_back({"", "toy step on the calibrated model"});
+    }
+};
+struct toy_converted_step {
+    static bool applies(const target_plan& target) { return target.corrects_biases; }
+    static void run(converted_model& converted, const std::vector<batch>&) {
+        toy_log.push_back("converted");
+        converted.adjustments.push_back({"", "toy step on the converted model"});
+    }
+};
+struct toy_unasked_step {
+    static bool applies(const target_plan& target) { return target.qat; }
+    static void run(converted_model&, const std::vector<batch>&) { toy_log.push_back("unasked"); }
+};
+}  // namespace
+
+TEST_CASE("an accuracy step added to the list runs at the point of the sequence its model names, when asked for") {
+    toy_log.clear();
+    const quantize_data data{smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
+    const quantization_plan plan = plan_for(whole_model("x86_inductor:bias_correction"));
+    // Listed after the converted model's toy step, before the calibrated one's: the model type places a step.
+    const auto steps = boost::hana::concat(
+        accuracy_steps, boost::hana::tuple_t<toy_converted_step, toy_unasked_step, toy_calibrated_step>);
+    const libtorch::detail::stage_results done =
+        libtorch::detail::run_sequence(small_cnn_mlp(0), plan, data, {.progress = false},
+                                       libtorch::detail::run_until::lowered, steps);
+    CHECK(toy_log == std::vector<std::string>{"calibrated, 256 samples", "converted"});  // 8 batches of 32
+    // The notes reach the lowered model in the order the steps ran: the toy converted step after bias
+    // correction, which comes before it in the list.
+    REQUIRE(done.lowered);
+    const std::vector<adjustment>& notes = done.lowered->adjustments;
+    const auto position = [&](std::string_view start) {
+        const auto starts = [&](const adjustment& note) { return note.change.starts_with(start); };
+        return std::find_if(notes.begin(), notes.end(), starts) - notes.begin();
+    };
+    const auto calibrated = position("toy step on the calibrated"), corrected = position("bias correction:");
+    const auto converted = position("toy step on the converted");
+    CHECK(calibrated < corrected);
+    CHECK(corrected < converted);
+    CHECK(converted < static_cast<std::ptrdiff_t>(notes.size()));
+    // The default list has no toy step.
+    toy_log.clear();
+    (void)libtorch::detail::run_sequence(small_cnn_mlp(0), plan, data, {.progress = false});
+    CHECK(toy_log.empty());
 }

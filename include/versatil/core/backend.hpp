@@ -9,7 +9,7 @@
 //   create_quantizer(std::string_view module_path) -> backend_quantizer (constexpr)
 //   environment_context()    -> a scope that sets the backend's environment until it ends
 //   activate_environment()   sets it for good
-// Models: X86Inductor<...>, XNNPACK<...>.
+// Models: X86Inductor<...>, XNNPACK<...>, CortexM<...> (versatil/backends/).
 #pragma once
 
 #include <concepts>

@@ -16,7 +16,6 @@
 // without bias (None) is left as it is and reported.
 #pragma once
 
-#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -31,19 +30,16 @@
 #include "versatil/libtorch/torchscript/batch.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/torchscript/layer_graph.hpp"
-#include "versatil/libtorch/torchscript/layer_ops.hpp"
 #include "versatil/libtorch/torchscript/module_tree.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
-#include "versatil/libtorch/torchscript/private_clone.hpp"
+#include "versatil/libtorch/accuracy/layer_recorder.hpp"
 
 namespace versatil::libtorch {
 
 namespace detail {
 
-inline constexpr const char* record_method = "_versatil_record_output";
-
 // Each forward of an instrumented layer adds its output's per-channel sums to these attributes.
-inline constexpr std::string_view record_source = R"JIT(
+inline constexpr record_method output_sums{"_versatil_record_output", R"JIT(
 def _versatil_record_output(self, y: Tensor) -> Tensor:
     values = y.detach()
     if values.is_quantized:
@@ -54,7 +50,7 @@ def _versatil_record_output(self, y: Tensor) -> Tensor:
     self._versatil_output_count = self._versatil_output_count + per_channel.size(1)
     assert not self._versatil_stop, "versatil: bias correction measured this layer"
     return y
-)JIT";
+)JIT", record_method::side::output};
 
 inline void reset_record(::torch::jit::Module& module) {
     module.setattr("_versatil_output_sum", at::zeros({}, at::kDouble));
@@ -62,80 +58,63 @@ inline void reset_record(::torch::jit::Module& module) {
     module.setattr("_versatil_stop", false);
 }
 
-// Per-channel output means of a model's layers. The recorder edits a clone of its own: its
-// forward is inlined (LibTorch's converted models are already), and after each conv / linear op
-// whose weight is a recorded layer's `weight` (read directly or through quantize / dequantize),
-// the op's output passes through the layer's record_method.
+// Per-channel output means of a model's layers (the conv / linear outputs of a layer_recorder).
 class output_recorder {
 public:
-    output_recorder(const ::torch::jit::Module& model, const std::vector<std::pair<std::string, layer_kind>>& layers)
-        : model_(private_clone(model)) {
-        std::map<std::string, layer_kind> wanted(layers.begin(), layers.end());
-        std::set<const c10::ClassType*> types;
-        for (const auto& [path, kind] : layers) {
-            ::torch::jit::Module layer = find_submodule(model_, path);
-            layers_.emplace(path, layer);
-            types.insert(layer.type().get());
-        }
-        // Every instance of a recording type needs the attributes, recorded or not.
-        for_each_instance_of(model_, types, [&](::torch::jit::Module& module, const std::string& path, bool first) {
-            const auto kind = wanted.find(path);
-            const std::int64_t channel_dim = kind != wanted.end() && kind->second == layer_kind::linear ? -1 : 1;
-            if (first) {
-                module.register_attribute("_versatil_channel_dim", c10::IntType::get(), channel_dim);
-                module.register_attribute("_versatil_output_sum", c10::TensorType::get(), at::zeros({}, at::kDouble));
-                module.register_attribute("_versatil_output_count", c10::IntType::get(), std::int64_t{0});
-                module.register_attribute("_versatil_stop", c10::BoolType::get(), false);
-                module.define(std::string(record_source));
-            } else {
-                module.setattr("_versatil_channel_dim", channel_dim);
-                reset_record(module);
-            }
-        });
-        instrument(wanted);
-    }
+    output_recorder(const ::torch::jit::Module& model, const std::map<std::string, layer_kind>& layers)
+        : recorder_(model, paths_of(layers), output_sums,
+                    [&](::torch::jit::Module& module, const std::string& path, bool first) {
+                        const auto kind = layers.find(path);
+                        const bool linear = kind != layers.end() && kind->second == layer_kind::linear;
+                        const std::int64_t channel_dim = linear ? -1 : 1;
+                        if (!first) {
+                            module.setattr("_versatil_channel_dim", channel_dim);
+                            return reset_record(module);
+                        }
+                        module.register_attribute("_versatil_channel_dim", c10::IntType::get(), channel_dim);
+                        module.register_attribute("_versatil_output_sum", c10::TensorType::get(),
+                                                  at::zeros({}, at::kDouble));
+                        module.register_attribute("_versatil_output_count", c10::IntType::get(), std::int64_t{0});
+                        module.register_attribute("_versatil_stop", c10::BoolType::get(), false);
+                    },
+                    [](const layer_op&, const ::torch::jit::Module&) {}) {}
 
     // Runs `batches` and returns each layer's mean output per channel (float64). With `stop_at`,
     // each forward ends once that layer has recorded its output: the layers after it are not run.
     std::map<std::string, at::Tensor> means(const std::vector<batch>& batches, const std::string* stop_at = nullptr) {
-        for (auto& [path, layer] : layers_) reset_record(layer);
-        ::torch::jit::Module* stop = stop_at ? &layers_.at(*stop_at) : nullptr;
+        for (auto [path, layer] : recorder_.layers()) reset_record(layer);
+        std::optional<::torch::jit::Module> stop;
+        if (stop_at) stop = recorder_.layer(*stop_at);
         if (stop) stop->setattr("_versatil_stop", true);
         const ::torch::NoGradGuard no_grad;
         for (const batch& inputs : batches) {
             const std::int64_t recorded = stop ? stop->attr("_versatil_output_count").toInt() : 0;
             try {
-                model_.forward(inputs.arguments());
+                recorder_.forward(inputs);
             } catch (const std::exception&) {
                 if (!stop || stop->attr("_versatil_output_count").toInt() == recorded) throw;  // not our stop
             }
         }
         if (stop) stop->setattr("_versatil_stop", false);
         std::map<std::string, at::Tensor> result;
-        for (const auto& [path, layer] : layers_) {
+        for (const auto& [path, layer] : recorder_.layers()) {
             const std::int64_t count = layer.attr("_versatil_output_count").toInt();
-            if (count > 0) result.emplace(path, layer.attr("_versatil_output_sum").toTensor() / static_cast<double>(count));
+            if (count == 0) continue;
+            result.emplace(path, layer.attr("_versatil_output_sum").toTensor() / static_cast<double>(count));
         }
         return result;
     }
 
-    ::torch::jit::Module layer(const std::string& path) const { return layers_.at(path); }
+    ::torch::jit::Module layer(const std::string& path) const { return recorder_.layer(path); }
 
 private:
-    void instrument(const std::map<std::string, layer_kind>& wanted) {
-        const auto graph = ::torch::jit::toGraphFunction(model_.get_method("forward").function()).graph();
-        ::torch::jit::Inline(*graph);
-        for (const layer_op& found : ops_of_layers(graph, wanted)) {
-            ::torch::jit::Node* record = graph->create(c10::prim::CallMethod, {found.layer, found.op->output()});
-            record->s_(c10::attr::name, record_method);
-            record->output()->setType(found.op->output()->type());
-            record->insertAfter(found.op);
-            found.op->output()->replaceAllUsesAfterNodeWith(record, record->output());
-        }
+    static std::set<std::string> paths_of(const std::map<std::string, layer_kind>& layers) {
+        std::set<std::string> paths;
+        for (const auto& [path, kind] : layers) paths.insert(path);
+        return paths;
     }
 
-    ::torch::jit::Module model_;
-    std::map<std::string, ::torch::jit::Module> layers_;
+    layer_recorder recorder_;
 };
 
 }  // namespace detail
@@ -174,9 +153,10 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
     }
     if (layers.empty() || batches.empty()) return summary;
 
-    detail::output_recorder float_model(reference, layers);
+    const std::map<std::string, layer_kind> kinds(layers.begin(), layers.end());
+    detail::output_recorder float_model(reference, kinds);
     const std::map<std::string, at::Tensor> float_means = float_model.means(batches);
-    detail::output_recorder quantized_model(converted_module, layers);
+    detail::output_recorder quantized_model(converted_module, kinds);
     const ::torch::NoGradGuard no_grad;
     for (const auto& [path, kind] : layers) {
         // A layer called from several places is measured over all of its calls: no early stop.
@@ -236,5 +216,14 @@ inline void correct_biases_for_targets(converted_model& converted, const std::ve
     for (const std::string& path : summary.without_bias)
         converted.adjustments.push_back({path, "bias correction: none (the layer has no bias)"});
 }
+
+// The sequence's step for the bias_correction option (accuracy/steps.hpp): on the converted model,
+// before lowering.
+struct bias_correction_step {
+    static bool applies(const target_plan& target) { return target.corrects_biases; }
+    static void run(converted_model& converted, const std::vector<batch>& calibration) {
+        correct_biases_for_targets(converted, calibration);
+    }
+};
 
 }  // namespace versatil::libtorch

@@ -19,7 +19,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -34,10 +33,9 @@
 #include "versatil/core/runtime_quantizer.hpp"
 #include "versatil/libtorch/torchscript/batch.hpp"
 #include "versatil/libtorch/torchscript/layer_graph.hpp"
-#include "versatil/libtorch/torchscript/layer_ops.hpp"
 #include "versatil/libtorch/torchscript/module_tree.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
-#include "versatil/libtorch/torchscript/private_clone.hpp"
+#include "versatil/libtorch/accuracy/layer_recorder.hpp"
 
 namespace versatil::libtorch {
 
@@ -133,59 +131,35 @@ inline at::Tensor unfolded_rows(at::Tensor input, const unfolding& geometry) {
     return columns.view({samples, geometry.groups, width, columns.size(2)}).permute({1, 0, 3, 2}).reshape({geometry.groups, -1, width});
 }
 
-inline constexpr const char* input_record_method = "_versatil_record_input";
-
 // Appends the input of the op it is inserted before to the layer's list; returns it unchanged.
-inline constexpr std::string_view input_record_source = R"JIT(
+inline constexpr record_method input_lists{"_versatil_record_input", R"JIT(
 def _versatil_record_input(self, x: Tensor) -> Tensor:
     self._versatil_inputs.append(x.detach())
     return x
-)JIT";
+)JIT", record_method::side::input};
 
 // H = sum x x^T of each layer's inputs over calibration batches, per group (float64,
-// [groups, width, width]; one group for a linear layer). The recorder edits a clone of its own
-// whose inlined forward passes each recorded op's input through the layer's record method.
+// [groups, width, width]; one group for a linear layer), from the conv / linear inputs of a layer_recorder.
 class input_hessians {
 public:
-    input_hessians(const ::torch::jit::Module& model, const std::set<std::string>& layers) : model_(private_clone(model)) {
-        std::set<const c10::ClassType*> types;
-        for (const std::string& path : layers) types.insert(find_submodule(model_, path).type().get());
-        // Every instance of a recording type needs the attribute, recorded or not.
-        for_each_instance_of(model_, types, [](::torch::jit::Module& module, const std::string&, bool first) {
-            if (!first) return module.setattr("_versatil_inputs", c10::List<at::Tensor>());
-            module.register_attribute("_versatil_inputs", c10::ListType::ofTensors(), c10::List<at::Tensor>());
-            module.define(std::string(input_record_source));
-        });
-        const auto graph = ::torch::jit::toGraphFunction(model_.get_method("forward").function()).graph();
-        ::torch::jit::Inline(*graph);
-        for (const layer_op& found : ops_of_layers(graph, layers)) {
-            layer& recorded = layers_.try_emplace(found.path, layer{find_submodule(model_, found.path)}).first->second;
-            if (!recorded.skipped.empty()) continue;
-            const at::Tensor weight = recorded.module.attr("weight").toTensor();
-            if (weight.dim() > 2) {
-                std::string why_not;
-                const std::optional<unfolding> geometry = conv_unfolding(found.op, weight, why_not);
-                if (!geometry) recorded.skipped = why_not;
-                else if (recorded.geometry && !(*recorded.geometry == *geometry))
-                    recorded.skipped = "its calls unfold their inputs differently";
-                else recorded.geometry = geometry;
-            }
-            ::torch::jit::Node* record = graph->create(c10::prim::CallMethod, {found.layer, found.op->input(0)});
-            record->s_(c10::attr::name, input_record_method);
-            record->output()->setType(found.op->input(0)->type());
-            record->insertBefore(found.op);
-            found.op->replaceInput(0, record->output());
-        }
-    }
+    input_hessians(const ::torch::jit::Module& model, const std::set<std::string>& layers)
+        : recorder_(model, layers, input_lists,
+                    [](::torch::jit::Module& module, const std::string&, bool first) {
+                        if (!first) return module.setattr("_versatil_inputs", c10::List<at::Tensor>());
+                        module.register_attribute("_versatil_inputs", c10::ListType::ofTensors(),
+                                                  c10::List<at::Tensor>());
+                    },
+                    [&](const layer_op& found, const ::torch::jit::Module& module) { see(found, module); }) {}
 
     // Runs `batches` and adds each layer's inputs to its H.
     void accumulate(const std::vector<batch>& batches) {
         const ::torch::NoGradGuard no_grad;
         for (const batch& inputs : batches) {
-            model_.forward(inputs.arguments());
+            recorder_.forward(inputs);
             for (auto& [path, recorded] : layers_) {
-                c10::List<at::Tensor> seen = recorded.module.attr("_versatil_inputs").toTensorList();
-                recorded.module.setattr("_versatil_inputs", c10::List<at::Tensor>());
+                ::torch::jit::Module module = recorder_.layer(path);
+                c10::List<at::Tensor> seen = module.attr("_versatil_inputs").toTensorList();
+                module.setattr("_versatil_inputs", c10::List<at::Tensor>());
                 if (!recorded.skipped.empty()) continue;
                 for (std::size_t i = 0; i < seen.size(); ++i) {
                     const at::Tensor input = seen.get(i);
@@ -218,14 +192,26 @@ public:
 
 private:
     struct layer {
-        ::torch::jit::Module module;
         std::optional<unfolding> geometry{};  // none for a linear layer
         at::Tensor hessian{};
         std::string skipped{};  // why GPTQ cannot round it
     };
 
-    ::torch::jit::Module model_;
-    std::map<std::string, layer> layers_;
+    // A recorded op of `module`: a convolution's calls must all unfold their inputs alike.
+    void see(const layer_op& found, const ::torch::jit::Module& module) {
+        layer& recorded = layers_[found.path];
+        const at::Tensor weight = module.attr("weight").toTensor();
+        if (!recorded.skipped.empty() || weight.dim() <= 2) return;
+        std::string why_not;
+        const std::optional<unfolding> geometry = conv_unfolding(found.op, weight, why_not);
+        if (!geometry) recorded.skipped = why_not;
+        else if (recorded.geometry && !(*recorded.geometry == *geometry))
+            recorded.skipped = "its calls unfold their inputs differently";
+        else recorded.geometry = geometry;
+    }
+
+    std::map<std::string, layer> layers_;  // the layers whose ops the forward runs; before recorder_, which fills it
+    layer_recorder recorder_;
 };
 
 // Round to nearest on the grid, row by row: rows [rows, columns], scale / zero point [rows] or [1].
@@ -443,5 +429,13 @@ inline void round_weights_for_targets(prepared_model& prepared, const std::vecto
     for (const auto& [path, why] : summary.skipped)
         prepared.adjustments.push_back({path, "gptq: rounded to nearest, because " + why});
 }
+
+// The sequence's step for the gptq option (accuracy/steps.hpp): on the calibrated model, before convert.
+struct gptq_step {
+    static bool applies(const target_plan& target) { return target.rounds_weights; }
+    static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
+        round_weights_for_targets(calibrated, calibration);
+    }
+};
 
 }  // namespace versatil::libtorch

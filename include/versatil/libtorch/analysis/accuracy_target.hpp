@@ -35,7 +35,7 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/analysis/measure.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"
-#include "versatil/libtorch/analysis/sensitivity.hpp"
+#include "versatil/libtorch/analysis/layer_switches.hpp"
 
 namespace versatil::libtorch {
 
@@ -101,11 +101,9 @@ struct greedy_choice {
 
 // The greedy search's rating of candidates: the float model's outputs, and a model whose
 // quantization switches by layer to keep layers in float in: the full quantization's converted
-// model (switchable_quantization) for static targets, the direct path's model
-// (switchable_dynamic_quantization) for dynamic ones.
-template <class Switches>
+// model for static targets, the direct path's model for dynamic ones (layer_switches.hpp).
 struct greedy_rating {
-    Switches switchable;
+    layer_switches switchable;
     std::vector<batch> evaluation;
     model_outputs reference;
     std::optional<at::Tensor> labels;  // held-out labels, for a top-1 target
@@ -189,16 +187,12 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
 
     // The greedy search's rating, on the data the report measures on: static targets switch the
     // converted model, dynamic ones the direct path's.
-    std::optional<detail::greedy_rating<switchable_quantization>> static_rating;
-    std::optional<detail::greedy_rating<switchable_dynamic_quantization>> dynamic_rating;
+    std::optional<detail::greedy_rating> rating;
     if (!steps.back().met) {
         const std::lock_guard serialized(detail::libtorch_state_mutex());
-        std::optional<switchable_quantization> static_switches;
-        std::optional<switchable_dynamic_quantization> dynamic_switches;
-        if (!quantizer.is_dynamic() && full.stages.converted)
-            static_switches.emplace(full.stages.converted->module, candidates, ::torch::jit::QuantType::STATIC);
-        if (quantizer.is_dynamic()) dynamic_switches = switchable_dynamic_quantization::make(model, result.model.plan, candidates);
-        if (static_switches || dynamic_switches) {
+        std::optional<layer_switches> switches = layer_switches::make(
+            model, result.model.plan, full.stages.converted ? &full.stages.converted->module : nullptr, candidates);
+        if (switches) {
             // The data as the sequence conformed it, which the report measured on.
             const bool held_out = !full.stages.data.evaluation.empty();
             std::vector<batch> evaluation = held_out ? full.stages.data.evaluation : full.stages.data.calibration;
@@ -208,14 +202,8 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
             const engine_scope scope(engine);
             model_outputs reference = run_batches(float_model, evaluation);
             std::optional<at::Tensor> labels = held_out ? data.evaluation_labels : std::nullopt;
-            if (static_switches)
-                static_rating.emplace(detail::greedy_rating<switchable_quantization>{
-                    std::move(*static_switches), std::move(evaluation), std::move(reference), std::move(labels),
-                    result.report.float_accuracy, engine});
-            else
-                dynamic_rating.emplace(detail::greedy_rating<switchable_dynamic_quantization>{
-                    std::move(*dynamic_switches), std::move(evaluation), std::move(reference), std::move(labels),
-                    result.report.float_accuracy, engine});
+            rating.emplace(detail::greedy_rating{std::move(*switches), std::move(evaluation), std::move(reference),
+                                                 std::move(labels), result.report.float_accuracy, engine});
         }
     }
     full.stages.converted.reset();
@@ -229,10 +217,8 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
         return quantize(model, detail::keeping_in_float(quantizer, layers), data, step_options);
     };
     while (!steps.back().met && kept.size() + 1 < ranking.size()) {
-        detail::greedy_choice next =
-            static_rating    ? static_rating->best(kept, candidates, target, quantize_keeping)
-            : dynamic_rating ? dynamic_rating->best(kept, candidates, target, quantize_keeping)
-                             : detail::greedy_choice{candidates.front(), std::nullopt};
+        detail::greedy_choice next = rating ? rating->best(kept, candidates, target, quantize_keeping)
+                                            : detail::greedy_choice{candidates.front(), std::nullopt};
         if (next.layer.empty()) break;  // no candidate left that the engine can run
         kept.push_back(next.layer);
         candidates.erase(std::find(candidates.begin(), candidates.end(), next.layer));

@@ -6,7 +6,7 @@
 
 #include <torch/script.h>
 
-#include "versatil/libtorch/analysis/dynamic_switches.hpp"
+#include "versatil/libtorch/analysis/layer_switches.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/analysis/sensitivity.hpp"
 #include "versatil/libtorch/plan/target_spec.hpp"
@@ -71,31 +71,22 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
     if (!quantizer.is_dynamic())
         subset.calibration.assign(calibration.begin(),
                                   calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
-    std::optional<switchable_quantization> switchable;
-    std::optional<switchable_dynamic_quantization> dynamic_switches;
-    if (!quantizer.is_dynamic()) {
-        if (!converted) throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
-        switchable.emplace(*converted, layers, ::torch::jit::QuantType::STATIC);
-    } else {
-        dynamic_switches = switchable_dynamic_quantization::make(model, plan_for(quantizer), layers);
-    }
-    // Output SQNR of the switched model (static or dynamic) with `layer`'s switches on.
-    const auto switched_on = [&](auto& switches, const std::string& layer) {
-        switches.quantize_layer(layer, true);
-        const double sqnr_db = compare_outputs(reference, run_batches(switches.module(), evaluation)).overall.sqnr_db;
-        switches.quantize_layer(layer, false);
-        return sqnr_db;
-    };
+    if (!quantizer.is_dynamic() && !converted)
+        throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
+    std::optional<layer_switches> switches = layer_switches::make(model, plan_for(quantizer), converted, layers);
     std::vector<layer_sqnr> result;
     for (const std::string& layer : layers) {
-        if (dynamic_switches) {
-            const engine_scope engine(engine_settings{dynamic_switches->engine(), threads, std::nullopt});
-            result.push_back({layer, switched_on(*dynamic_switches, layer)});
-        } else if (switchable && switchable->stands_for_alone(layer)) {
-            result.push_back({layer, switched_on(*switchable, layer)});
-        } else {
+        if (!switches || !switches->stands_for_alone(layer)) {
             result.push_back({layer, sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads)});
+            continue;
         }
+        // Output SQNR of the switched model with `layer`'s switches on.
+        std::optional<engine_scope> pinned;
+        if (switches->engine()) pinned.emplace(engine_settings{*switches->engine(), threads, std::nullopt});
+        switches->quantize_layer(layer, true);
+        const model_outputs switched = run_batches(switches->module(), evaluation);
+        result.push_back({layer, compare_outputs(reference, switched).overall.sqnr_db});
+        switches->quantize_layer(layer, false);
     }
     std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
     return {std::move(result), samples};

@@ -38,9 +38,9 @@ namespace versatil::libtorch {
 
 namespace merge_detail {
 
-// Kinds whose statistics are min_val, max_val and HistogramObserver's histogram.
+// Kinds whose statistics are a range and HistogramObserver's histogram over it.
 constexpr bool merges_as_histogram(observer_kind kind) {
-    return kind == observer_kind::histogram || kind == observer_kind::histogram_percentile;
+    return observer_state::histogram_of(kind) == observer_state::histogram_layout::over_range;
 }
 
 // The entropy observer's bins on the global range [low, high], as one process that saw
@@ -73,7 +73,7 @@ inline std::vector<found_observer> observers_of(const ::torch::jit::Module& mode
                             "observer " + item.name + " is a moving-average observer, whose range depends on the order "
                             "batches arrive in, so no merge across processes equals one process; calibrate it with one "
                             "process (WORLD_SIZE=1)");
-            if (kind != placeholder) found.push_back({item.name, item.value, kind});
+            if (observer_state::has_range(kind)) found.push_back({item.name, item.value, kind});
             known = true;
         }
         if (!known)
@@ -128,6 +128,8 @@ inline void spread_histogram(const at::Tensor& local, double local_min, double l
 
 // Merges the statistics of every observer of `model` across `group` (see above).
 inline void merge_observer_statistics(::torch::jit::Module& model, process_group& group) {
+    using observer_state::histogram_of;
+    using enum observer_state::histogram_layout;
     using merge_detail::buffer;
     const std::vector<merge_detail::found_observer> observers = merge_detail::observers_of(model);
     const float inf = std::numeric_limits<float>::infinity();
@@ -144,15 +146,15 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
 
     // Per-channel observers that saw nothing here have no channel count: agree on it first.
     std::vector<std::int64_t> channels;
-    for (const auto& observer : observers) channels.push_back(buffer(observer.module, "min_val").numel());
+    for (const auto& observer : observers) channels.push_back(buffer(observer.module, observer_state::min_val).numel());
     at::Tensor channel_counts = at::tensor(channels, at::kLong);
     if (!observers.empty()) group.all_reduce(channel_counts, c10d::ReduceOp::MAX, "agreeing on observer shapes");
 
     // Phase 1: every range (min-max and histogram alike) as one MIN and one MAX exchange.
     std::vector<at::Tensor> mins, maxs;
     for (std::size_t i = 0; i < observers.size(); ++i) {
-        at::Tensor min_val = buffer(observers[i].module, "min_val").to(at::kFloat).reshape({-1});
-        at::Tensor max_val = buffer(observers[i].module, "max_val").to(at::kFloat).reshape({-1});
+        at::Tensor min_val = buffer(observers[i].module, observer_state::min_val).to(at::kFloat).reshape({-1});
+        at::Tensor max_val = buffer(observers[i].module, observer_state::max_val).to(at::kFloat).reshape({-1});
         const std::int64_t agreed = channel_counts.data_ptr<std::int64_t>()[i];
         if (min_val.numel() != agreed) {
             if (min_val.numel() != 0)
@@ -178,8 +180,8 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
     for (std::size_t i = 0, offset = 0; i < observers.size(); ++i) {
         histogram_offsets.push_back(histogram_total);
         if (merge_detail::merges_as_histogram(observers[i].kind)) {
-            histogram_total += buffer(observers[i].module, "histogram").numel();
-        } else if (observers[i].kind == observer_kind::histogram_entropy) {
+            histogram_total += buffer(observers[i].module, observer_state::histogram).numel();
+        } else if (histogram_of(observers[i].kind) == entropy_grid) {
             entropy_grids[i] = merge_detail::global_entropy_grid(all_mins[static_cast<std::int64_t>(offset)].item<float>(),
                                                                  all_maxs[static_cast<std::int64_t>(offset)].item<float>());
             histogram_total += entropy_grids[i].bins;
@@ -194,11 +196,11 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
         const at::Tensor global_min = all_mins.slice(0, offset, offset + size);
         const at::Tensor global_max = all_maxs.slice(0, offset, offset + size);
         offset += size;
-        if (observers[i].kind == observer_kind::histogram_entropy) {
+        if (histogram_of(observers[i].kind) == entropy_grid) {
             // Nothing seen here, or a range without bins anywhere: nothing to add.
             if (mins[i].item<float>() > maxs[i].item<float>() || entropy_grids[i].bins == 0) continue;
             const std::vector<double> rebinned = observer_ops::rebin(
-                observer_ops::histogram_counts(buffer(observers[i].module, "histogram")),
+                observer_ops::histogram_counts(buffer(observers[i].module, observer_state::histogram)),
                 observer_ops::entropy_grid_of(mins[i].item<double>(), maxs[i].item<double>()), entropy_grids[i]);
             std::copy(rebinned.begin(), rebinned.end(), histograms.data_ptr<double>() + histogram_offsets[i]);
             continue;
@@ -208,7 +210,7 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
         const float high = global_max.item<float>();
         const float local_low = mins[i].item<float>();
         const float local_high = maxs[i].item<float>();
-        const at::Tensor local = buffer(observers[i].module, "histogram");
+        const at::Tensor local = buffer(observers[i].module, observer_state::histogram);
         if (local_low > local_high || !(high > low) || std::isinf(high - low)) continue;
         merge_detail::spread_histogram(local, local_low, local_high, low, high,
                                        histograms.data_ptr<double>() + histogram_offsets[i], local.numel());
@@ -220,7 +222,7 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
     for (std::size_t i = 0; i < observers.size(); ++i) {
         ::torch::jit::Module module = observers[i].module;
         const std::int64_t size = channel_counts.data_ptr<std::int64_t>()[i];
-        const at::Tensor old_min = buffer(module, "min_val");
+        const at::Tensor old_min = buffer(module, observer_state::min_val);
         at::Tensor min_val = all_mins.slice(0, offset, offset + size).clone();
         at::Tensor max_val = all_maxs.slice(0, offset, offset + size).clone();
         offset += size;
@@ -235,17 +237,18 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
             // One value everywhere, or nothing anywhere: the observer keeps its own histogram,
             // which its qparams do not read then (histogram_qparams).
             if (high > low && !std::isinf(high - low)) {
-                const std::int64_t bins = buffer(module, "histogram").numel();
-                module.setattr("histogram",
+                const std::int64_t bins = buffer(module, observer_state::histogram).numel();
+                module.setattr(observer_state::histogram,
                                histograms.slice(0, histogram_offsets[i], histogram_offsets[i] + bins).to(at::kFloat).contiguous());
             }
         }
         // Nothing anywhere, or no finite range: the observer keeps its own, as one process.
-        if (observers[i].kind == observer_kind::histogram_entropy && entropy_grids[i].bins > 0)
-            module.setattr("histogram", histograms.slice(0, histogram_offsets[i], histogram_offsets[i + 1]).clone());
+        if (histogram_of(observers[i].kind) == entropy_grid && entropy_grids[i].bins > 0)
+            module.setattr(observer_state::histogram,
+                           histograms.slice(0, histogram_offsets[i], histogram_offsets[i + 1]).clone());
         if (size == 0 && !per_tensor) continue;  // a per-channel observer no rank saw anything with
-        module.setattr("min_val", min_val.to(old_min.scalar_type()));
-        module.setattr("max_val", max_val.to(old_min.scalar_type()));
+        module.setattr(observer_state::min_val, min_val.to(old_min.scalar_type()));
+        module.setattr(observer_state::max_val, max_val.to(old_min.scalar_type()));
     }
 }
 

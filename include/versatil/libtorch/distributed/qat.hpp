@@ -37,6 +37,7 @@
 
 #include "versatil/libtorch/distributed/process_group.hpp"
 #include "versatil/libtorch/stages/qat.hpp"
+#include "versatil/libtorch/observers/observer_state.hpp"
 
 namespace versatil::libtorch {
 
@@ -129,8 +130,8 @@ inline void merge_ranges(const ::torch::jit::Module& model, process_group& group
         // merge, and the MIN of equal ranges is the range.
         if (!detail::class_name_contains(item.value, "versatil.fake_quantize.")) continue;
         observing.push_back(item.value);
-        mins.push_back(item.value.attr("min_val").toTensor());
-        negated_maxs.push_back(-item.value.attr("max_val").toTensor());
+        mins.push_back(item.value.attr(observer_state::min_val).toTensor());
+        negated_maxs.push_back(-item.value.attr(observer_state::max_val).toTensor());
     }
     if (observing.empty()) return;
     at::Tensor flat = at::cat({flatten(mins), flatten(negated_maxs)});
@@ -143,8 +144,8 @@ inline void merge_ranges(const ::torch::jit::Module& model, process_group& group
         const auto range = [&](const at::Tensor& merged) {
             return merged.slice(0, offset, offset + old.numel()).reshape(old.sizes()).to(old.scalar_type()).clone();
         };
-        observing[i].setattr("min_val", range(merged_mins));
-        observing[i].setattr("max_val", range(merged_maxs));
+        observing[i].setattr(observer_state::min_val, range(merged_mins));
+        observing[i].setattr(observer_state::max_val, range(merged_maxs));
         offset += old.numel();
     }
 }

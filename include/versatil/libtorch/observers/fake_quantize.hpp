@@ -49,8 +49,8 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
     module.register_attribute("training", c10::BoolType::get(), false);
     module.register_attribute("observer_enabled", c10::BoolType::get(), true);
     module.register_attribute("fake_quant_enabled", c10::BoolType::get(), true);
-    module.register_buffer("min_val", ::torch::zeros({0}));
-    module.register_buffer("max_val", ::torch::zeros({0}));
+    module.register_buffer(observer_state::min_val, ::torch::zeros({0}));
+    module.register_buffer(observer_state::max_val, ::torch::zeros({0}));
     observer_detail::define_observer_methods(module, kind, "_observe");
     module.define(std::string(forward_source));
     module.run_method("reset_min_max_vals");

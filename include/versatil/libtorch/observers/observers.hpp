@@ -30,6 +30,7 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/observers/histogram_ranges.hpp"
 #include "versatil/libtorch/observers/observer_ops.hpp"
+#include "versatil/libtorch/observers/observer_state.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"
 
 namespace versatil::libtorch {
@@ -322,17 +323,18 @@ inline ::torch::jit::Module observer_with_state(const std::string& name, observe
         observer.register_buffer("entropy_histogram", ::torch::zeros({0}, ::torch::kDouble));
         observer.register_buffer("seen_count", ::torch::zeros({}, ::torch::kLong));
     }
-    if (kind == observer_kind::histogram_entropy) {
-        observer.register_buffer("histogram", ::torch::zeros({0}, ::torch::kDouble));
-    } else if (is_histogram(kind)) {
+    using observer_state::histogram_layout;
+    if (observer_state::histogram_of(kind) == histogram_layout::entropy_grid) {
+        observer.register_buffer(observer_state::histogram, ::torch::zeros({0}, ::torch::kDouble));
+    } else if (observer_state::histogram_of(kind) == histogram_layout::over_range) {
         observer.register_attribute("bins", c10::IntType::get(), std::int64_t{histogram_bins});
         observer.register_attribute("upsample_rate", c10::IntType::get(), std::int64_t{histogram_upsample_rate});
         observer.register_attribute("dst_nbins", c10::IntType::get(), std::int64_t{256});
-        observer.register_buffer("histogram", ::torch::zeros({histogram_bins}));
+        observer.register_buffer(observer_state::histogram, ::torch::zeros({histogram_bins}));
     }
-    if (kind != observer_kind::placeholder) {
-        observer.register_buffer("min_val", ::torch::zeros({0}));
-        observer.register_buffer("max_val", ::torch::zeros({0}));
+    if (observer_state::has_range(kind)) {
+        observer.register_buffer(observer_state::min_val, ::torch::zeros({0}));
+        observer.register_buffer(observer_state::max_val, ::torch::zeros({0}));
     }
     if (skips_seen_parameters(kind)) {
         // Attributes, not buffers: `observed` refers to a weight of the model, not to state.

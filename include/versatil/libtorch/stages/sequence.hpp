@@ -1,7 +1,8 @@
 // The one stage sequence: the data's input types conformed to the model's, then prepare (with
-// cross-layer equalization), calibrate (or train, for QAT targets), round weights (GPTQ),
-// convert, correct biases and lower; dynamic targets straight into the lowered module where the
-// direct path covers the model (dynamic.hpp). Every entry point runs it, as far as it needs:
+// cross-layer equalization), calibrate (or train, for QAT targets), the accuracy steps of the
+// calibrated model (GPTQ), convert, those of the converted model (bias correction) and lower
+// (accuracy/steps.hpp lists the steps); dynamic targets straight into the lowered module where
+// the direct path covers the model (dynamic.hpp). Every entry point runs it, as far as it needs:
 // quantize_model and quantize() (analysis/measure.hpp) to the end, measure()'s per-layer analysis
 // to the converted model, calibrate_only to the calibrated one. Distributed runs plug in through
 // quantize_options::calibrate_with and train_with.
@@ -17,8 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "versatil/libtorch/accuracy/bias_correction.hpp"
-#include "versatil/libtorch/accuracy/gptq.hpp"
+#include "versatil/libtorch/accuracy/steps.hpp"
 #include "versatil/libtorch/stages/calibrate.hpp"
 #include "versatil/libtorch/stages/convert.hpp"
 #include "versatil/libtorch/stages/dynamic.hpp"
@@ -124,8 +124,10 @@ struct stage_results {
     double seconds = 0.0;
 };
 
-inline stage_results run_sequence(const ::torch::jit::Module& model, const quantization_plan& plan, quantize_data data,
-                                  const quantize_options& options, run_until until = run_until::lowered) {
+// `steps`: the accuracy steps to run where they belong (accuracy/steps.hpp).
+template <class Steps = decltype(accuracy_steps)>
+stage_results run_sequence(const ::torch::jit::Module& model, const quantization_plan& plan, quantize_data data,
+                           const quantize_options& options, run_until until = run_until::lowered, Steps steps = {}) {
     const auto start = std::chrono::steady_clock::now();
     stage_results done{std::move(data), {}, std::nullopt, std::nullopt, std::nullopt};
     conform_input_types(model, done.data.calibration, "calibration data", done.input_notes);
@@ -138,11 +140,11 @@ inline stage_results run_sequence(const ::torch::jit::Module& model, const quant
         prepared_model prepared = prepare(model, plan);
         done.training = calibrate_or_train(prepared, done.data, options);
         if (until == run_until::calibrated) return done;
-        if (!done.training) round_weights_for_targets(prepared, done.data.calibration);
+        if (!done.training) run_steps_at(prepared, done.data.calibration, steps);
         // Each stage takes over the model of the one before (no copy of the weights) unless the
         // per-layer analysis reads the converted model after lowering.
         converted_model converted = convert(std::move(prepared));
-        correct_biases_for_targets(converted, done.data.calibration);
+        run_steps_at(converted, done.data.calibration, steps);
         if (until == run_until::lowered && (done.training || !options.per_layer))
             done.lowered = lower(std::move(converted), lowering);
         else if (until == run_until::lowered)

@@ -1,7 +1,7 @@
 // The conv / linear ops of an inlined forward graph that run a given layer: those whose weight
 // argument is the layer's `weight` attribute, read directly or through quantize / dequantize
-// (a converted model's). The accuracy steps instrument these ops to measure a layer's inputs
-// (gptq.hpp) or outputs (bias_correction.hpp) where the forward computes them.
+// (a converted model's). accuracy/layer_recorder.hpp instruments these ops to measure a layer's
+// inputs (GPTQ) or outputs (bias correction) where the forward computes them.
 #pragma once
 
 #include <torch/script.h>

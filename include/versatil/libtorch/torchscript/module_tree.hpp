@@ -6,7 +6,6 @@
 #include <torch/script.h>
 
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,21 +129,6 @@ inline void check_model_fits(const ::torch::jit::Module& model, const runtime_qu
                                                         "', but its backends support only: " + names +
                                                         "; move the model there first (model.to(...))");
     });
-}
-
-// Calls visit(module, path, first) on every module of `model` whose class type is one of
-// `types`, `first` true for the first of each type. A method defined on a class type serves
-// every instance, but each instance holds its own attributes: the first defines and registers
-// them, the others set their values.
-template <class Visit>
-void for_each_instance_of(const ::torch::jit::Module& model, const std::set<const c10::ClassType*>& types, Visit&& visit) {
-    std::set<const c10::ClassType*> seen;
-    for (const auto& item : model.named_modules()) {
-        const c10::ClassType* type = item.value.type().get();
-        if (types.count(type) == 0) continue;
-        ::torch::jit::Module module = item.value;
-        visit(module, item.name, seen.insert(type).second);
-    }
 }
 
 }  // namespace versatil::libtorch

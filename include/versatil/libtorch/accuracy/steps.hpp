@@ -1,0 +1,40 @@
+// The accuracy steps the stage sequence runs, as a list known while compiling. A step is a type
+// with `applies(const target_plan&)`, whether a target asks for it, and `run(model, calibration)`,
+// whose model parameter places it in the sequence: a prepared_model& runs once calibrated (before
+// convert), a converted_model& once converted (before lowering). A new step is its own header, its
+// flag in the plan and an entry here: the sequence walks the list and names no step.
+#pragma once
+
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "versatil/libtorch/accuracy/bias_correction.hpp"
+#include "versatil/libtorch/accuracy/gptq.hpp"
+
+namespace versatil::libtorch {
+
+inline constexpr auto accuracy_steps = boost::hana::tuple_t<gptq_step, bias_correction_step>;
+
+namespace detail {
+
+// Runs on `model` each step of `steps` that belongs at its point of the sequence and that a
+// target of its plan asks for, in the list's order.
+template <class Model, class Steps>
+void run_steps_at(Model& model, const std::vector<batch>& calibration, Steps steps) {
+    boost::hana::for_each(steps, [&](auto step) {
+        using step_type = typename decltype(step)::type;
+        if constexpr (requires { step_type::run(model, calibration); }) {
+            const auto& targets = model.plan.targets;
+            if (std::any_of(targets.begin(), targets.end(), [](const auto& t) { return step_type::applies(t.second); }))
+                step_type::run(model, calibration);
+        }
+    });
+}
+
+}  // namespace detail
+
+}  // namespace versatil::libtorch

@@ -1,0 +1,66 @@
+// The per-layer quantization switches of one quantization, whichever kind its targets are: a
+// static plan's on the converted model (sensitivity.hpp), a dynamic plan's on the direct path's
+// model (dynamic_switches.hpp). The per-layer analysis and the accuracy target's search hold one.
+#pragma once
+
+#include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "versatil/libtorch/analysis/dynamic_switches.hpp"
+#include "versatil/libtorch/analysis/sensitivity.hpp"
+
+namespace versatil::libtorch {
+
+class layer_switches {
+public:
+    // None for a static plan without its converted model, or a dynamic one whose model the
+    // direct path does not cover.
+    static std::optional<layer_switches> make(const ::torch::jit::Module& model, const quantization_plan& plan,
+                                              const ::torch::jit::Module* converted,
+                                              const std::vector<std::string>& layers) {
+        if (plan.quantizer.is_dynamic()) {
+            std::optional<switchable_dynamic_quantization> dynamic =
+                switchable_dynamic_quantization::make(model, plan, layers);
+            if (!dynamic) return std::nullopt;
+            return layer_switches(std::move(*dynamic));
+        }
+        if (!converted) return std::nullopt;
+        return layer_switches(switchable_quantization(*converted, layers, ::torch::jit::QuantType::STATIC));
+    }
+
+    void quantize_layer(const std::string& layer, bool on) {
+        std::visit([&](auto& switches) { switches.quantize_layer(layer, on); }, switches_);
+    }
+    void keep_in_float(const std::vector<std::string>& kept) {
+        std::visit([&](auto& switches) { switches.keep_in_float(kept); }, switches_);
+    }
+    [[nodiscard]] bool stands_for_keeping(const std::vector<std::string>& kept) const {
+        return std::visit([&](const auto& switches) { return switches.stands_for_keeping(kept); }, switches_);
+    }
+    // Dynamic switches stand for every layer alone (dynamic_switches.hpp).
+    [[nodiscard]] bool stands_for_alone(const std::string& layer) const {
+        const auto* fixed = std::get_if<switchable_quantization>(&switches_);
+        return !fixed || fixed->stands_for_alone(layer);
+    }
+    const ::torch::jit::Module& module() const {
+        return std::visit([](const auto& switches) -> const ::torch::jit::Module& { return switches.module(); },
+                          switches_);
+    }
+    // The engine the dynamic switches packed their weights for, which must run them.
+    std::optional<at::QEngine> engine() const {
+        const auto* dynamic = std::get_if<switchable_dynamic_quantization>(&switches_);
+        return dynamic ? std::optional(dynamic->engine()) : std::nullopt;
+    }
+
+private:
+    explicit layer_switches(std::variant<switchable_quantization, switchable_dynamic_quantization> switches)
+        : switches_(std::move(switches)) {}
+
+    std::variant<switchable_quantization, switchable_dynamic_quantization> switches_;
+};
+
+}  // namespace versatil::libtorch
