@@ -81,6 +81,39 @@ class NoSingle(nn.Module):
 """
 
 
+def check_torch_save_data(d, model, data):
+    """A data file written by torch.save (a dict of tensors) gives the report the TorchScript data
+    file of the same tensors gives; a misnamed tensor, a hostile pickle and a pickled model are
+    refused with exit 2 and a message saying what to do."""
+    script = ("import os, sys, torch\n"
+              "d, scripted = sys.argv[1], torch.jit.load(sys.argv[2])\n"
+              "tensors = {name: t for name, t in scripted.named_buffers()}\n"
+              "torch.save(tensors, d + '/saved_data.pt')\n"
+              "torch.save({'calibration': tensors['calib']}, d + '/misnamed_data.pt')\n"
+              "class Hostile:\n"
+              "    def __reduce__(self): return (os.system, ('touch ' + d + '/hostile_ran',))\n"
+              "torch.save({'calib': Hostile()}, d + '/hostile_data.pt')\n"
+              "torch.save(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), d + '/pickled_model.pt')\n")
+    (d / "make_saved.py").write_text(script)
+    subprocess.run(["/usr/bin/python3", d / "make_saved.py", d, data], check=True, timeout=300)
+    reports = {}
+    for form, file in (("torch.jit.save", data), ("torch.save", d / "saved_data.pt")):
+        run("--model", model, "--data", file, "--target", "=xnnpack", "--no-per-layer", "--report", d / "form.json")
+        reports[form] = json.loads((d / "form.json").read_text())
+    same = ("quantized_ops", "sqnr_db", "max_abs_diff", "evaluation_samples", "float_accuracy", "quantized_accuracy")
+    if [reports["torch.save"].get(k) for k in same] != [reports["torch.jit.save"].get(k) for k in same]:
+        failures.append(f"torch.save data gave another report than the same tensors as TorchScript: "
+                        f"{[(k, reports['torch.save'].get(k), reports['torch.jit.save'].get(k)) for k in same]}")
+    run("--model", model, "--data", d / "misnamed_data.pt", "--no-per-layer", expect_status=2,
+        expect_text="holds 'calibration', a name versatil does not read. It holds 'calibration' [")
+    run("--model", model, "--data", d / "hostile_data.pt", "--no-per-layer", expect_status=2,
+        expect_text="is refused before it is read: it calls posix.system")
+    if (d / "hostile_ran").exists():
+        failures.append("the hostile pickle's command ran")
+    run("--model", d / "pickled_model.pt", "--data", data, "--no-per-layer", expect_status=2,
+        expect_text="not as TorchScript: script it with torch.jit.script")
+
+
 # --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
 # backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
 version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
@@ -307,6 +340,7 @@ with tempfile.TemporaryDirectory() as scratch:
     # root, for whom a chmod 555 directory is still writable).
     run("--model", model, "--data", data, "--out", "/proc/versatil-q.pt", "--no-per-layer", expect_status=2,
         expect_text="cannot write '/proc/versatil-q.pt'")
+    check_torch_save_data(d, model, data)
     if digest(model) != model_digest or digest(data) != data_digest:
         failures.append("an input file changed")
     leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]
