@@ -114,6 +114,28 @@ def check_torch_save_data(d, model, data):
         expect_text="not as TorchScript: script it with torch.jit.script")
 
 
+def check_report_provenance(d, model, data):
+    """The JSON report says what it describes (model path, command line, versatil's and LibTorch's
+    versions, the engine), and the saved line says which engine Python must set to run the model."""
+    args = ["--model", model, "--data", data, "--target", "=xnnpack", "--no-per-layer", "--report", d / "prov.json",
+            "--out", d / "prov.pt"]
+    out = run(*args, expect_text=f"saved {d / 'prov.pt'} (to run it in Python, set "
+                                 f"torch.backends.quantized.engine = 'qnnpack' first)")
+    report = json.loads((d / "prov.json").read_text())
+    expected = {"model_path": str(model), "command_line": [cli, *map(str, args)], "versatil_version": project_version,
+                "engine": "qnnpack"}
+    if any(report.get(k) != v for k, v in expected.items()) or \
+            not re.fullmatch(r"\d+\.\d+\.\d+", str(report.get("libtorch_version"))):
+        failures.append(f"report provenance: {[(k, report.get(k)) for k in [*expected, 'libtorch_version']]}")
+    # The line's advice works: Python's torch runs the saved model once the engine is set.
+    check = subprocess.run(["/usr/bin/python3", "-c", "import sys, torch\n"
+                            "torch.backends.quantized.engine = 'qnnpack'\n"
+                            "m, x = torch.jit.load(sys.argv[1]), torch.jit.load(sys.argv[2]).calib[:2]\n"
+                            "print(m(x).shape)", d / "prov.pt", data], capture_output=True, text=True, timeout=300)
+    if check.returncode != 0:
+        failures.append(f"the saved model does not run in Python with the engine the CLI named:\n{check.stderr}")
+
+
 # --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
 # backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
 version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
@@ -341,6 +363,7 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--model", model, "--data", data, "--out", "/proc/versatil-q.pt", "--no-per-layer", expect_status=2,
         expect_text="cannot write '/proc/versatil-q.pt'")
     check_torch_save_data(d, model, data)
+    check_report_provenance(d, model, data)
     if digest(model) != model_digest or digest(data) != data_digest:
         failures.append("an input file changed")
     leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]
