@@ -136,6 +136,43 @@ def check_report_provenance(d, model, data):
         failures.append(f"the saved model does not run in Python with the engine the CLI named:\n{check.stderr}")
 
 
+def check_traced_like_scripted(d):
+    """A model from torch.jit.trace (its convolutions are aten::_convolution, its modules called
+    with every argument spelled out) is counted and analysed as its torch.jit.script copy is: the
+    same op counts, the same per-layer rows with the same figures (one quantization, one data)."""
+    script = ("import sys, torch\nfrom torch import nn\n"
+              "class Block(nn.Module):\n"
+              "    def __init__(self):\n"
+              "        super().__init__()\n"
+              "        self.conv, self.bn = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)\n"
+              "    def forward(self, x): return torch.relu(self.bn(self.conv(x)))\n"
+              "class CNN(nn.Module):\n"
+              "    def __init__(self):\n"
+              "        super().__init__()\n"
+              "        self.stem, self.b1, self.b2 = nn.Conv2d(1, 8, 3, padding=1), Block(), Block()\n"
+              "        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 10)\n"
+              "    def forward(self, x):\n"
+              "        return self.fc(torch.flatten(self.pool(self.b2(self.b1(torch.relu(self.stem(x))))), 1))\n"
+              "torch.manual_seed(0)\n"
+              "m, x = CNN().eval(), torch.randn(16, 1, 28, 28)\n"
+              "d = sys.argv[1]\n"
+              "torch.jit.save(torch.jit.trace(m, x[:2]), d + '/traced.pt')\n"
+              "torch.jit.save(torch.jit.script(m), d + '/scripted.pt')\n"
+              "torch.save({'calib': x, 'test': torch.randn(8, 1, 28, 28)}, d + '/cnn_data.pt')\n")
+    (d / "make_traced.py").write_text(script)
+    subprocess.run(["/usr/bin/python3", d / "make_traced.py", d], check=True, timeout=300)
+    seen = {}
+    for form in ("traced", "scripted"):
+        run("--model", d / f"{form}.pt", "--data", d / "cnn_data.pt", "--target", "=xnnpack", "--report",
+            d / f"{form}.json")
+        report = json.loads((d / f"{form}.json").read_text())
+        seen[form] = (report["quantized_ops"], report["quantizable_ops"], report["sqnr_db"],
+                      sorted((layer["name"], layer["sqnr_db"]) for layer in report["per_layer"]))
+    # Four layers (stem, b1.conv, b2.conv, fc), all quantized: counted by hand from the model above.
+    if seen["traced"] != seen["scripted"] or seen["scripted"][:2] != (4, 4) or len(seen["scripted"][3]) != 4:
+        failures.append(f"a traced model is reported otherwise than its scripted copy: {seen}")
+
+
 # --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
 # backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
 version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
@@ -364,6 +401,7 @@ with tempfile.TemporaryDirectory() as scratch:
         expect_text="cannot write '/proc/versatil-q.pt'")
     check_torch_save_data(d, model, data)
     check_report_provenance(d, model, data)
+    check_traced_like_scripted(d)
     if digest(model) != model_digest or digest(data) != data_digest:
         failures.append("an input file changed")
     leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]
