@@ -81,6 +81,98 @@ class NoSingle(nn.Module):
 """
 
 
+def check_torch_save_data(d, model, data):
+    """A data file written by torch.save (a dict of tensors) gives the report the TorchScript data
+    file of the same tensors gives; a misnamed tensor, a hostile pickle and a pickled model are
+    refused with exit 2 and a message saying what to do."""
+    script = ("import os, sys, torch\n"
+              "d, scripted = sys.argv[1], torch.jit.load(sys.argv[2])\n"
+              "tensors = {name: t for name, t in scripted.named_buffers()}\n"
+              "torch.save(tensors, d + '/saved_data.pt')\n"
+              "torch.save({'calibration': tensors['calib']}, d + '/misnamed_data.pt')\n"
+              "class Hostile:\n"
+              "    def __reduce__(self): return (os.system, ('touch ' + d + '/hostile_ran',))\n"
+              "torch.save({'calib': Hostile()}, d + '/hostile_data.pt')\n"
+              "torch.save(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), d + '/pickled_model.pt')\n")
+    (d / "make_saved.py").write_text(script)
+    subprocess.run(["/usr/bin/python3", d / "make_saved.py", d, data], check=True, timeout=300)
+    reports = {}
+    for form, file in (("torch.jit.save", data), ("torch.save", d / "saved_data.pt")):
+        run("--model", model, "--data", file, "--target", "=xnnpack", "--no-per-layer", "--report", d / "form.json")
+        reports[form] = json.loads((d / "form.json").read_text())
+    same = ("quantized_ops", "sqnr_db", "max_abs_diff", "evaluation_samples", "float_accuracy", "quantized_accuracy")
+    if [reports["torch.save"].get(k) for k in same] != [reports["torch.jit.save"].get(k) for k in same]:
+        failures.append(f"torch.save data gave another report than the same tensors as TorchScript: "
+                        f"{[(k, reports['torch.save'].get(k), reports['torch.jit.save'].get(k)) for k in same]}")
+    run("--model", model, "--data", d / "misnamed_data.pt", "--no-per-layer", expect_status=2,
+        expect_text="holds 'calibration', a name versatil does not read. It holds 'calibration' [")
+    run("--model", model, "--data", d / "hostile_data.pt", "--no-per-layer", expect_status=2,
+        expect_text="is refused before it is read: it calls posix.system")
+    if (d / "hostile_ran").exists():
+        failures.append("the hostile pickle's command ran")
+    run("--model", d / "pickled_model.pt", "--data", data, "--no-per-layer", expect_status=2,
+        expect_text="not as TorchScript: script it with torch.jit.script")
+
+
+def check_report_provenance(d, model, data):
+    """The JSON report says what it describes (model path, command line, versatil's and LibTorch's
+    versions, the engine), and the saved line says which engine Python must set to run the model."""
+    args = ["--model", model, "--data", data, "--target", "=xnnpack", "--no-per-layer", "--report", d / "prov.json",
+            "--out", d / "prov.pt"]
+    out = run(*args, expect_text=f"saved {d / 'prov.pt'} (to run it in Python, set "
+                                 f"torch.backends.quantized.engine = 'qnnpack' first)")
+    report = json.loads((d / "prov.json").read_text())
+    expected = {"model_path": str(model), "command_line": [cli, *map(str, args)], "versatil_version": project_version,
+                "engine": "qnnpack"}
+    if any(report.get(k) != v for k, v in expected.items()) or \
+            not re.fullmatch(r"\d+\.\d+\.\d+", str(report.get("libtorch_version"))):
+        failures.append(f"report provenance: {[(k, report.get(k)) for k in [*expected, 'libtorch_version']]}")
+    # The line's advice works: Python's torch runs the saved model once the engine is set.
+    check = subprocess.run(["/usr/bin/python3", "-c", "import sys, torch\n"
+                            "torch.backends.quantized.engine = 'qnnpack'\n"
+                            "m, x = torch.jit.load(sys.argv[1]), torch.jit.load(sys.argv[2]).calib[:2]\n"
+                            "print(m(x).shape)", d / "prov.pt", data], capture_output=True, text=True, timeout=300)
+    if check.returncode != 0:
+        failures.append(f"the saved model does not run in Python with the engine the CLI named:\n{check.stderr}")
+
+
+def check_traced_like_scripted(d):
+    """A model from torch.jit.trace (its convolutions are aten::_convolution, its modules called
+    with every argument spelled out) is counted and analysed as its torch.jit.script copy is: the
+    same op counts, the same per-layer rows with the same figures (one quantization, one data)."""
+    script = ("import sys, torch\nfrom torch import nn\n"
+              "class Block(nn.Module):\n"
+              "    def __init__(self):\n"
+              "        super().__init__()\n"
+              "        self.conv, self.bn = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)\n"
+              "    def forward(self, x): return torch.relu(self.bn(self.conv(x)))\n"
+              "class CNN(nn.Module):\n"
+              "    def __init__(self):\n"
+              "        super().__init__()\n"
+              "        self.stem, self.b1, self.b2 = nn.Conv2d(1, 8, 3, padding=1), Block(), Block()\n"
+              "        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 10)\n"
+              "    def forward(self, x):\n"
+              "        return self.fc(torch.flatten(self.pool(self.b2(self.b1(torch.relu(self.stem(x))))), 1))\n"
+              "torch.manual_seed(0)\n"
+              "m, x = CNN().eval(), torch.randn(16, 1, 28, 28)\n"
+              "d = sys.argv[1]\n"
+              "torch.jit.save(torch.jit.trace(m, x[:2]), d + '/traced.pt')\n"
+              "torch.jit.save(torch.jit.script(m), d + '/scripted.pt')\n"
+              "torch.save({'calib': x, 'test': torch.randn(8, 1, 28, 28)}, d + '/cnn_data.pt')\n")
+    (d / "make_traced.py").write_text(script)
+    subprocess.run(["/usr/bin/python3", d / "make_traced.py", d], check=True, timeout=300)
+    seen = {}
+    for form in ("traced", "scripted"):
+        run("--model", d / f"{form}.pt", "--data", d / "cnn_data.pt", "--target", "=xnnpack", "--report",
+            d / f"{form}.json")
+        report = json.loads((d / f"{form}.json").read_text())
+        seen[form] = (report["quantized_ops"], report["quantizable_ops"], report["sqnr_db"],
+                      sorted((layer["name"], layer["sqnr_db"]) for layer in report["per_layer"]))
+    # Four layers (stem, b1.conv, b2.conv, fc), all quantized: counted by hand from the model above.
+    if seen["traced"] != seen["scripted"] or seen["scripted"][:2] != (4, 4) or len(seen["scripted"][3]) != 4:
+        failures.append(f"a traced model is reported otherwise than its scripted copy: {seen}")
+
+
 # --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
 # backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
 version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
@@ -307,6 +399,9 @@ with tempfile.TemporaryDirectory() as scratch:
     # root, for whom a chmod 555 directory is still writable).
     run("--model", model, "--data", data, "--out", "/proc/versatil-q.pt", "--no-per-layer", expect_status=2,
         expect_text="cannot write '/proc/versatil-q.pt'")
+    check_torch_save_data(d, model, data)
+    check_report_provenance(d, model, data)
+    check_traced_like_scripted(d)
     if digest(model) != model_digest or digest(data) != data_digest:
         failures.append("an input file changed")
     leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]

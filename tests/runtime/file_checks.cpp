@@ -8,6 +8,7 @@
 
 #include "archive_surgery.hpp"
 #include "versatil/libtorch/files/pickle_scan.hpp"
+#include "versatil/libtorch/files/tensor_pickle_scan.hpp"
 #include "versatil/libtorch/files/zip_layout.hpp"
 
 using namespace versatil::libtorch;
@@ -22,6 +23,10 @@ const std::filesystem::path corpus = std::filesystem::path(VERSATIL_SOURCE_ROOT)
 std::string layout_problem(const std::string& archive) { return zip::read_layout(zip::memory_bytes(archive)).problem; }
 
 std::string pickle_problem(std::string_view pickle) { return pickle::find_problem(pickle).value_or(""); }
+
+std::string tensor_pickle_problem(std::string_view pickle) {
+    return pickle::find_non_tensor_content(pickle).value_or("");
+}
 
 }  // namespace
 
@@ -121,4 +126,31 @@ TEST_CASE("the fuzzer's 26 GB memo index is caught in the pickle, its archive be
     const zip::record data = versatil::testing::find_record(archive, "/data.pkl");
     CHECK(pickle_problem(std::string_view(archive).substr(data.data_offset, data.size)).find("memo index") !=
           std::string::npos);
+}
+
+TEST_CASE("a torch.save pickle of tensors passes the data-file scan, and one that does more is named") {
+    // data.pkl of torch.save({"calib": torch.zeros(2, 3)}), Debian's python3-torch 1.13.
+    const std::string_view saved =
+        "\x80\x02}q\x00X\x05\x00\x00\x00" "calibq\x01" "ctorch._utils\x0a_rebuild_tensor_v2\x0aq\x02((X\x07\x00\x00"
+        "\x00storageq\x03" "ctorch\x0a" "FloatStorage\x0aq\x04X\x01\x00\x00\x00" "0q\x05X\x03\x00\x00\x00" "cpuq\x06K"
+        "\x06tq\x07QK\x00K\x02K\x03\x86q\x08K\x03K\x01\x86q\x09\x89" "ccollections\x0aOrderedDict\x0aq\x0a)Rq\x0btq"
+        "\x0cRq\x0ds."sv;
+    REQUIRE(saved.size() == 170);
+    CHECK(pickle_problem(saved) == "");
+    CHECK(tensor_pickle_problem(saved) == "");
+    // What pickle.dumps of an object whose __reduce__ returns (os.system, ("id",)) holds.
+    CHECK(tensor_pickle_problem("\x80\x02" "cposix\nsystem\nX\x02\x00\x00\x00id\x85R."sv).starts_with(
+        "it calls posix.system, which a file of tensors never needs"));
+    CHECK(tensor_pickle_problem("\x80\x02" "c__main__\nNet\n)\x81."sv).find("a model saved with torch.save") !=
+          std::string::npos);
+    // The stack and the memo: LibTorch's unpickler pops and fetches without looking.
+    CHECK(tensor_pickle_problem("\x80\x02R."sv) == "pickle opcode 82 at byte 2 pops an empty stack");
+    CHECK(tensor_pickle_problem("(\x85."sv) == "pickle opcode 133 at byte 1 pops an empty stack");
+    CHECK(tensor_pickle_problem("]e."sv) == "pickle opcode at byte 1 has no MARK");
+    CHECK(tensor_pickle_problem("\x80\x02h\x05."sv) == "pickle memo entry 5 at byte 2 is read before it is stored");
+    CHECK(tensor_pickle_problem("K\x01K\x02."sv) == "the pickle stops with a stack other than one value at byte 4");
+    // Opcodes that call or build without a global from the allow-list.
+    CHECK(tensor_pickle_problem("})b."sv).starts_with("pickle opcode 98 at byte 2 does more than build tensors"));
+    CHECK(tensor_pickle_problem("\x8c\x02os\x8c\x06system\x93."sv).find("STACK_GLOBAL") != std::string::npos);
+    CHECK(tensor_pickle_problem("(i__main__\nNet\n."sv).find("does more than build tensors") != std::string::npos);
 }

@@ -272,3 +272,72 @@ TEST_CASE("data files round-trip and bad ones are rejected") {
                    scratch.path / "float_labels.pt");
     CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "float_labels.pt"), doctest::Contains("int64"), error);
 }
+
+TEST_CASE("a dict of tensors written by torch.save reads as the TorchScript data file of the same tensors") {
+    versatil::testing::require_python_torch();
+    const scratch_directory scratch;
+    // Python writes each form: one entry (pickled with SETITEM, which LibTorch's own unpickler
+    // cannot read), several inputs, a view into a larger storage, and a TorchScript copy.
+    const std::string script =
+        "import os, sys, torch\n"
+        "d = sys.argv[1]\n"
+        "torch.manual_seed(0)\n"
+        "calib, test = torch.randn(6, 1, 28, 28), torch.randn(4, 1, 28, 28)\n"
+        "labels = torch.tensor([3, 1, 4, 1])\n"
+        "wide = torch.arange(24, dtype=torch.float64).reshape(4, 6)\n"
+        "tensors = {'calib': calib, 'test': test, 'test_labels': labels}\n"
+        "torch.save(tensors, d + '/saved.pt')\n"
+        "torch.save({'calib': calib}, d + '/one.pt')\n"
+        "torch.save({'calib_0': wide[:, 1], 'calib_1': calib[:4].half()}, d + '/inputs.pt')\n"
+        "class D(torch.nn.Module):\n"
+        "    def __init__(self, tensors):\n"
+        "        super().__init__()\n"
+        "        for k, v in tensors.items(): self.register_buffer(k, v)\n"
+        "    def forward(self): return None\n"
+        "torch.jit.save(torch.jit.script(D(tensors)), d + '/scripted.pt')\n"
+        "torch.save({'calibration': calib, 'test': test}, d + '/misnamed.pt')\n"
+        "torch.save({'calib': [calib]}, d + '/nested.pt')\n"
+        "class Hostile:\n"
+        "    def __reduce__(self): return (os.system, ('touch ' + d + '/ran',))\n"
+        "torch.save({'calib': Hostile()}, d + '/hostile.pt')\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 2)\n"
+        "    def forward(self, x): return self.fc(x)\n"
+        "torch.save(Net(), d + '/pickled_model.pt')\n";
+    std::ofstream(scratch.path / "make.py") << script;
+    REQUIRE(std::system((std::string(versatil::testing::torch_python) + " " + (scratch.path / "make.py").string() +
+                         " " + scratch.path.string()).c_str()) == 0);
+
+    const data_file saved = load_data_file(scratch.path / "saved.pt");
+    const data_file scripted = load_data_file(scratch.path / "scripted.pt");
+    REQUIRE(saved.calibration.size() == 1);
+    CHECK(at::equal(saved.calibration[0], scripted.calibration.at(0)));
+    CHECK(at::equal(saved.evaluation.at(0), scripted.evaluation.at(0)));
+    CHECK(at::equal(*saved.evaluation_labels, *scripted.evaluation_labels));
+    CHECK(at::equal(load_data_file(scratch.path / "one.pt").calibration.at(0), scripted.calibration.at(0)));
+    const data_file inputs = load_data_file(scratch.path / "inputs.pt");
+    REQUIRE(inputs.calibration.size() == 2);
+    // wide[:, 1] of arange(24) as 4 x 6: 1, 7, 13, 19 (a strided view of the first row's storage).
+    CHECK(at::equal(inputs.calibration[0], at::tensor({1.0, 7.0, 13.0, 19.0}, at::kDouble)));
+    CHECK(at::equal(inputs.calibration[1], scripted.calibration.at(0).slice(0, 0, 4).to(at::kHalf)));
+
+    // Each refusal names what is wrong; the hostile pickle is refused before anything runs it.
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "misnamed.pt"),
+                         doctest::Contains("holds 'calibration', a name versatil does not read. It holds 'calibration' "
+                                           "[6, 1, 28, 28] Float, 'test' [4, 1, 28, 28] Float. The names it reads: "
+                                           "'calib' calibration samples"),
+                         error);
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "nested.pt"),
+                         doctest::Contains("'calib' holds a list; every value of a data file is a tensor"), error);
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "hostile.pt"),
+                         doctest::Contains("is refused before it is read: it calls posix.system"), error);
+    CHECK_FALSE(fs::exists(scratch.path / "ran"));
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "pickled_model.pt"),
+                         doctest::Contains("it calls __main__.Net, which a file of tensors never needs"), error);
+    CHECK_THROWS_WITH_AS(load_model(scratch.path / "pickled_model.pt"),
+                         doctest::Contains("was written by torch.save (a pickled Python object), not as TorchScript: "
+                                           "script it with torch.jit.script"),
+                         error);
+}

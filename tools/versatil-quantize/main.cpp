@@ -293,11 +293,16 @@ int main(int argc, char** argv) {
                                                                     : codegen::input_layout::chw);
             result.report.firmware = exported->report;
         }
+        if (model_path) result.report.model_path = *model_path;
+        result.report.command_line.assign(argv, argv + argc);
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);
         commit_outputs(out_path, report_path, export_path, model_path, result, exported);
-        if (out_path) std::printf("saved %s\n", out_path->c_str());
+        // A quantized model runs only on the engine its weights were packed for; Python's default may be another.
+        if (out_path)
+            std::printf("saved %s (to run it in Python, set torch.backends.quantized.engine = '%s' first)\n",
+                        out_path->c_str(), result.report.engine.c_str());
         if (export_path) std::printf("exported %s (namespace %s)\n", export_path->c_str(), namespace_name.c_str());
         return 0;
     } catch (const error& failure) {

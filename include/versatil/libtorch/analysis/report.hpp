@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "versatil/libtorch/plan/config_json.hpp"
+#include "versatil/version.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
 
@@ -63,6 +65,10 @@ struct firmware_report {
 };
 
 struct quantization_report {
+    // Where the report came from, for a reader who has only the JSON: the model file and the
+    // command line (set by the CLI; empty for the C++ API), and the versions that made it.
+    std::string model_path{};
+    std::vector<std::string> command_line{};
     std::vector<target_report> targets;
     std::string engine;
     std::vector<adjustment> adjustments;
@@ -160,6 +166,10 @@ inline nlohmann::json to_json(const quantization_report& report) {
                     {"top1_agreement", f->top1_agreement},
                     {"export_seconds", f->export_seconds}};
     nlohmann::json json{
+        {"model_path", report.model_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.model_path)},
+        {"command_line", report.command_line},
+        {"versatil_version", std::string(versatil::version)},
+        {"libtorch_version", TORCH_VERSION},
         {"targets", targets},
         {"engine", report.engine},
         {"adjustments", adjustments},

@@ -33,6 +33,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/files/checked_writer.hpp"
@@ -121,7 +122,9 @@ inline std::optional<std::string> find_past_storage(const c10::IValue& value, co
 }  // namespace detail
 
 // Throws error(kind) naming `path` and the first problem; `what` is "model file" or "data file".
-inline void check_archive(const std::filesystem::path& path, error_kind kind, std::string_view what) {
+// Returns the names of the archive's records, below its top folder.
+inline std::vector<std::string> check_archive(const std::filesystem::path& path, error_kind kind,
+                                              std::string_view what) {
     const auto fail = [&](const std::string& problem) {
         throw error(kind, std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
     };
@@ -137,8 +140,10 @@ inline void check_archive(const std::filesystem::path& path, error_kind kind, st
         caffe2::serialize::PyTorchStreamReader reader(path.string());
         const std::string prefix = layout.records.empty() ? "" : layout.records.front().name.substr(
                                                                       0, layout.records.front().name.find('/') + 1);
+        std::vector<std::string> names;
         for (const zip::record& record : layout.records) {
             const std::string name = record.name.substr(prefix.size());
+            names.push_back(name);
             const bool is_pickle = name.ends_with("pkl");
             std::optional<std::tuple<at::DataPtr, std::size_t>> content;
             if (record.method != 0 || is_pickle) content = reader.getRecord(name);
@@ -150,11 +155,22 @@ inline void check_archive(const std::filesystem::path& path, error_kind kind, st
             const std::string_view pickle(static_cast<const char*>(std::get<0>(*content).get()), std::get<1>(*content));
             if (auto problem = pickle::find_problem(pickle)) fail("'" + name + "': " + *problem);
         }
+        return names;
     } catch (const error&) {
         throw;
     } catch (const std::exception& failure) {
         fail(one_line(failure));
     }
+    return {};  // not reached: fail throws
+}
+
+// Whether an archive's records (check_archive's answer) are what torch.save writes: one pickle
+// of Python objects, data.pkl, with none of TorchScript's code or constants.
+inline bool is_torch_save_archive(const std::vector<std::string>& records) {
+    const auto holds = [&records](std::string_view wanted) {
+        return std::ranges::any_of(records, [wanted](const std::string& name) { return name.starts_with(wanted); });
+    };
+    return holds("data.pkl") && !holds("constants.pkl") && !holds("code/");
 }
 
 // The first tensor attribute or graph constant of `module` or its submodules that reaches past
@@ -359,7 +375,11 @@ inline ::torch::jit::Module load_checked_archive(const std::filesystem::path& pa
 // error(kind) naming the file and the problem.
 inline ::torch::jit::Module load_checked(const std::filesystem::path& path, error_kind kind, std::string_view what,
                                          compile_source where = compile_source::in_child_process) {
-    check_archive(path, kind, what);
+    // LibTorch's own words for this file are "failed locating file constants.pkl".
+    if (is_torch_save_archive(check_archive(path, kind, what)))
+        throw error(kind, std::string(what) + " '" + path.string() +
+                              "' was written by torch.save (a pickled Python object), not as TorchScript: script it "
+                              "with torch.jit.script (or trace it with torch.jit.trace) and save it with torch.jit.save");
     return detail::load_checked_archive(path, kind, what, where);
 }
 

@@ -15,6 +15,7 @@
 // read (Module::clone creates new ones), so the caller's model stays as it was.
 #pragma once
 
+#include <torch/csrc/jit/passes/graph_rewrite_helper.h>
 #include <torch/script.h>
 
 #include <memory>
@@ -54,7 +55,18 @@ inline ::torch::jit::Module in_own_unit(const ::torch::jit::Module& module) {
     return ::torch::jit::Module(detail::rehome(module._ivalue(), std::make_shared<::torch::jit::CompilationUnit>(), copies));
 }
 
-// What Module::clone gives (new types, the data copied), in a compilation unit of its own.
-inline ::torch::jit::Module private_clone(const ::torch::jit::Module& module) { return in_own_unit(module).clone(); }
+// What Module::clone gives (new types, the data copied), in a compilation unit of its own, with
+// the convolutions of a traced model (aten::_convolution, all arguments spelled out) written as
+// a scripted one's (aten::conv2d, ...), so that counting, layer finding and the accuracy steps
+// see one form. LibTorch's quantization makes the same rewrite when it inserts observers.
+inline ::torch::jit::Module private_clone(const ::torch::jit::Module& module) {
+    ::torch::jit::Module clone = in_own_unit(module).clone();
+    for (const ::torch::jit::Module& submodule : clone.modules())
+        for (const ::torch::jit::Method& method : submodule.get_methods()) {
+            std::shared_ptr<::torch::jit::Graph> graph = method.graph();
+            ::torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+        }
+    return clone;
+}
 
 }  // namespace versatil::libtorch
