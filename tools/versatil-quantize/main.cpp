@@ -42,6 +42,9 @@
 #include "versatil/libtorch/demo/models.hpp"
 #include "versatil/libtorch/plan/target_spec.hpp"
 #include "versatil/libtorch/distributed/world.hpp"
+#include "command_files.hpp"
+#include "command_help.hpp"
+#include "option_errors.hpp"
 #ifdef USE_C10D_GLOO
 #include "versatil/libtorch/distributed/calibrate_distributed.hpp"
 #include "versatil/libtorch/distributed/qat.hpp"
@@ -142,89 +145,112 @@ struct world_run {
 #endif
 };
 
-// The outputs given, staged and committed as a set: a report never describes a model that could not
-// be saved, and a failure leaves none behind.
-void commit_outputs(const std::optional<std::string>& out_path, const std::optional<std::string>& report_path,
-                    const std::optional<std::string>& export_path, const std::optional<std::string>& model_path,
-                    const quantization_result& result, const std::optional<firmware_export>& exported) {
-    std::optional<output_file> model_file, report_file, header_file;
-    if (out_path) {
-        refuse_input_as_output(*out_path, model_path);
-        write_quantized(model_file.emplace(*out_path), result.model);
-    }
-    if (report_path) report_file.emplace(*report_path).write(to_json(result.report).dump(2) + "\n");
-    if (export_path) header_file.emplace(*export_path).write(exported->header);
-    commit_together({model_file ? &*model_file : nullptr, report_file ? &*report_file : nullptr,
-                     header_file ? &*header_file : nullptr});
+// The outputs staged before the run, written and committed as a set: a report never describes a model
+// that could not be saved, and a failure leaves none behind.
+void commit_outputs(versatil_quantize::staged_outputs& outputs, const quantization_result& result,
+                    const std::optional<firmware_export>& exported) {
+    if (outputs.model) write_quantized(*outputs.model, result.model);
+    if (outputs.report) outputs.report->write(to_json(result.report).dump(2) + "\n");
+    if (outputs.header) outputs.header->write(exported->header);
+    commit_together({outputs.model ? &*outputs.model : nullptr, outputs.report ? &*outputs.report : nullptr,
+                     outputs.header ? &*outputs.header : nullptr});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Quantize a TorchScript model with versatil's backends (x86_inductor, xnnpack, cortex_m)"};
+    CLI::App app{"Quantize a TorchScript model with versatil's backends (" + backend_names_shown() + ")"};
+    app.footer(std::string(versatil_quantize::help_examples));
     std::optional<std::string> model_path, data_path, out_path, report_path, export_path, export_namespace_name;
     std::vector<std::string> target_texts;
     std::int64_t batch = 1;
     int threads = 1;
-    bool per_layer = true;
+    bool no_per_layer = false;
     std::int64_t per_layer_samples = quantize_options{}.per_layer_samples;
     bool verbose = false;
     qat_options qat;
     accuracy_target target;
-    app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)");
-    app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, calib_1, ... and test_0, ... for a model with several inputs)");
-    app.add_option("--target", target_texts,
-                   "PATH=BACKEND[:OPT[,OPT]]; BACKEND x86_inductor, xnnpack or cortex_m, OPT dynamic, qat, "
-                   "reduce_range (x86), per_tensor (xnnpack, cortex_m), calibration=METHOD (static; METHOD minmax, "
-                   "moving_minmax, histogram, percentile, entropy or auto), cle (cross-layer equalization), "
-                   "bias_correction or gptq (GPTQ weight rounding; static) (cle, bias_correction and gptq: "
-                   "x86_inductor, xnnpack); PATH=none keeps PATH "
-                   "float (default: =x86_inductor, the whole model)");
-    app.add_option("--out", out_path, "where to save the quantized TorchScript model");
-    app.add_option("--report", report_path, "where to write the report as JSON");
+    using versatil_quantize::above_zero, versatil_quantize::at_least;
+    app.add_option("--model", model_path, "TorchScript model (default: an embedded small CNN + MLP)")
+        ->type_name("FILE");
+    app.add_option("--data", data_path, "data file: tensors calib, and optionally test and test_labels (calib_0, "
+                                        "calib_1, ... and test_0, ... for a model with several inputs)")
+        ->type_name("FILE");
+    app.add_option("--target", target_texts, versatil_quantize::target_help())->type_name("PATH=BACKEND[:OPT,...]");
+    app.add_option("--out", out_path, "where to save the quantized TorchScript model")->type_name("FILE");
+    app.add_option("--report", report_path, "where to write the report as JSON")->type_name("FILE");
     app.add_option("--export", export_path,
-                   "where to write the model as a C++ header for the firmware runtime (needs --target =cortex_m)");
+                   "where to write the model as a C++ header for the firmware runtime (needs --target =cortex_m)")
+        ->type_name("FILE");
+    // Their need of --export is checked after parsing: CLI11's needs() garbles the help line.
     app.add_option("--export-namespace", export_namespace_name,
-                   "the header's namespace (default: the header file's name without .hpp)")
-        ->needs("--export");
+                   "with --export: the header's namespace (default: the header file's name without .hpp)")
+        ->type_name("NAME");
     std::string export_input_layout = "chw";
     app.add_option("--export-input-layout", export_input_layout,
-                   "the order of the header's input levels: chw (default) or hwc, channel-last as cameras deliver "
-                   "them, read in place by the first convolution")
-        ->check(CLI::IsMember({"chw", "hwc"}))
-        ->needs("--export");
+                   "with --export: the order of the header's input levels, chw (default) or hwc, channel-last as "
+                   "cameras deliver them, read in place by the first convolution")
+        ->type_name("chw|hwc")
+        ->check(CLI::Validator(
+            [](std::string& text) { return text == "chw" || text == "hwc" ? "" : "is chw or hwc, not '" + text + "'"; },
+            ""));
     auto* batch_option =
-        app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat; per process across processes)")
-            ->check(CLI::PositiveNumber);
-    app.add_option("--threads", threads, "intra-op threads for lowering and latency")->check(CLI::PositiveNumber);
-    app.add_flag("!--no-per-layer", per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
+        app.add_option("--batch", batch, "batch size for latency, and for QAT training (default 1; 64 with qat; per "
+                                         "process across processes)")
+            ->type_name("N")
+            ->check(at_least(1));
+    app.add_option("--threads", threads, "intra-op threads for lowering and latency (default 1)")
+        ->type_name("N")
+        ->check(at_least(1));
+    app.add_flag("--no-per-layer", no_per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
     app.add_option("--per-layer-samples", per_layer_samples,
                    "evaluation samples the per-layer analysis runs each layer on (default: at least 128, and about one "
                    "evaluation pass in all; 0: all)")
-        ->check(CLI::NonNegativeNumber);
+        ->type_name("N")
+        ->check(at_least(0));
     app.add_option("--min-sqnr", target.min_sqnr_db,
                    "accuracy target: keep layers in float one at a time, each step the one that gains most (greedy), "
-                   "until the output SQNR is at least DB (exit 2, nothing written, if no step reaches it)");
+                   "until the output SQNR is at least DB (exit 2, nothing written, if no step reaches it)")
+        ->type_name("DB");
     app.add_option("--max-accuracy-drop", target.max_accuracy_drop,
                    "accuracy target: as --min-sqnr, until top-1 is at most POINTS below the float model's (needs "
-                   "the data file's test and test_labels)");
-    app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->check(CLI::PositiveNumber);
-    app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")->check(CLI::PositiveNumber);
+                   "the data file's test and test_labels)")
+        ->type_name("POINTS");
+    app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->type_name("N")->check(at_least(1));
+    app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")
+        ->type_name("X")
+        ->check(above_zero());
     app.add_option("--freeze-observers-after", qat.freeze_observers_after,
-                   "QAT: stop moving quantization ranges after this many steps (default: never)");
+                   "QAT: stop moving quantization ranges after this many steps (default: never)")
+        ->type_name("N");
     world_flags world_given;
-    app.add_option("--RANK", world_given.rank, "this process's rank, 0 to WORLD_SIZE - 1 (default: $RANK)");
+    app.add_option("--RANK", world_given.rank, "this process's rank, 0 to WORLD_SIZE - 1 (default: $RANK)")
+        ->type_name("R");
     app.add_option("--WORLD_SIZE", world_given.world_size,
-                   "processes calibrating or training together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs");
-    app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)");
+                   "processes calibrating or training together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs")
+        ->type_name("N");
+    app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)")
+        ->type_name("HOST");
     app.add_option("--MASTER_PORT", world_given.master_port,
                    "a free TCP port on rank 0's host, or 0 on rank 0 for one the OS picks, announced on stderr as "
-                   "'listening at HOST:PORT' (default: $MASTER_PORT)");
+                   "'listening at HOST:PORT' (default: $MASTER_PORT)")
+        ->type_name("PORT");
     app.add_option("--dist-timeout", world_given.timeout_seconds,
-                   "seconds to wait for the other processes to join or answer before failing (default 300)");
+                   "seconds to wait for the other processes to join or answer before failing (default 300)")
+        ->type_name("S");
     app.add_flag("--verbose", verbose, "on an internal error, print LibTorch's whole message and backtrace");
     app.set_version_flag("--version", version_text, "print versatil's version, LibTorch's and its quantized engines");
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& help) {
+        return app.exit(help);
+    } catch (const CLI::CallForVersion& version) {
+        return app.exit(version);
+    } catch (const CLI::ParseError& failure) {
+        std::fprintf(stderr, "versatil-quantize: error (invalid_argument): %s\n",
+                     versatil_quantize::describe_parse_error(failure, argc, argv, app).c_str());
+        return 2;
+    }
 
     // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, then end the run as usual.
     const cleanup_on_signals cleanup;
@@ -236,13 +262,16 @@ int main(int argc, char** argv) {
         if (!quantizer) throw error(error_kind::invalid_argument, quantizer.error().message);
         if (data_path && !model_path)
             throw error(error_kind::invalid_argument, "--data needs --model (the embedded default brings its own data)");
+        for (const char* option : {"--export-namespace", "--export-input-layout"})
+            if (!export_path && app.count(option) > 0)
+                throw error(error_kind::invalid_argument,
+                            std::string(option) + " shapes the firmware header: it needs --export H.hpp");
         std::string namespace_name;
         if (export_path) {
             if (!quantizer->supported_device_types().contains(device_type::mcu))
                 throw error(error_kind::invalid_argument,
                             "--export writes firmware for a microcontroller: quantize for one (--target =cortex_m)");
             namespace_name = export_namespace(*export_path, export_namespace_name);
-            refuse_input_as_output(*export_path, model_path);
         }
 
         const world_config world = world_from(world_given);
@@ -251,10 +280,26 @@ int main(int argc, char** argv) {
                         "an accuracy target quantizes again per step, which the other processes do not take part in; "
                         "use it with one process (WORLD_SIZE=1)");
 
+        // Every file is checked before any work, so a wrong output path fails now, not after the run.
+        std::vector<versatil_quantize::named_file> input_files;
+        if (model_path) input_files.push_back({"--model", *model_path});
+        if (data_path) input_files.push_back({"--data", *data_path});
+        for (const versatil_quantize::named_file& input : input_files)
+            versatil_quantize::check_input(input, input.option == "--model" ? error_kind::invalid_model_file
+                                                                             : error_kind::invalid_data_file);
+        // Only the rank that writes stages the outputs; the others write nothing.
+        const bool writes = world.writes_outputs();
+        versatil_quantize::staged_outputs outputs(writes ? out_path : std::nullopt, writes ? report_path : std::nullopt,
+                                                  writes ? export_path : std::nullopt, input_files);
+
         inputs in = model_path ? from_files(*model_path, data_path) : embedded_default();
         if (model_path && in.data.calibration.empty() && in.data.evaluation.empty())
-            throw error(error_kind::no_calibration_data,
-                        "no data: give --data with a 'calib' tensor (and 'test' to measure on held-out samples)");
+            throw quantizer->needs_calibration()
+                ? error(error_kind::no_calibration_data,
+                        "no data: give --data with a 'calib' tensor (and 'test' to measure on held-out samples)")
+                : error(error_kind::no_evaluation_data,
+                        "no data: dynamic quantization needs no calibration, but the report measures the quantized "
+                        "model against the float one: give --data with a 'test' tensor (samples batched along dim 0)");
 
         // QAT across processes: the batch is each process's slice, as DDP's, so the global batch
         // is this x WORLD_SIZE.
@@ -268,7 +313,7 @@ int main(int argc, char** argv) {
             in.data.train_inputs = inputs;
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
-        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = per_layer, .progress = true, .qat = qat,
+        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = !no_per_layer, .progress = true, .qat = qat,
                                  .per_layer_samples = per_layer_samples};
         world_run processes(world, options);  // its hooks write to it
         if (!world.writes_outputs()) {
@@ -298,7 +343,7 @@ int main(int argc, char** argv) {
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
         std::fputs(format_table(result.report).c_str(), stdout);
-        commit_outputs(out_path, report_path, export_path, model_path, result, exported);
+        commit_outputs(outputs, result, exported);
         // A quantized model runs only on the engine its weights were packed for; Python's default may be another.
         if (out_path)
             std::printf("saved %s (to run it in Python, set torch.backends.quantized.engine = '%s' first)\n",

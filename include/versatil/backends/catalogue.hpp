@@ -139,15 +139,31 @@ inline std::vector<std::string_view> known_options(std::span<const backend_descr
     return known;
 }
 
-inline std::string known_names(std::span<const backend_descriptor* const> catalogue) {
-    std::string names;
+}  // namespace detail
+
+// The catalogue's backend names, each once, in the catalogue's order ("x86_inductor, xnnpack, cortex_m"):
+// what error messages and the CLI's help list.
+inline std::string backend_names_shown(std::span<const backend_descriptor* const> catalogue = builtin_backends) {
+    std::vector<std::string_view> names;
     for (const backend_descriptor* descriptor : catalogue)
-        if (names.find(descriptor->name) == std::string::npos)
-            names.append(names.empty() ? "" : ", ").append(descriptor->name);
-    return names;
+        if (std::ranges::find(names, descriptor->name) == names.end()) names.push_back(descriptor->name);
+    std::string shown;
+    for (const std::string_view name : names) shown.append(shown.empty() ? "" : ", ").append(name);
+    return shown;
 }
 
-}  // namespace detail
+// The options backend `name` takes in any configuration, in the policy's order, the calibration
+// methods as one "calibration=METHOD" ("dynamic qat per_tensor calibration=METHOD ...").
+inline std::string backend_options_shown(std::string_view name,
+                                         std::span<const backend_descriptor* const> catalogue = builtin_backends) {
+    std::string list;
+    bool calibration_listed = false;  // one "calibration=METHOD" for the six methods
+    for (const std::string_view option : detail::known_options(catalogue, name)) {
+        if (detail::is_calibration(option) && std::exchange(calibration_listed, true)) continue;
+        list.append(list.empty() ? "" : " ").append(detail::is_calibration(option) ? "calibration=METHOD" : option);
+    }
+    return list;
+}
 
 // Parses "BACKEND[:OPT[,OPT]...]" (options in any order) into the catalogue's descriptor.
 inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
@@ -161,16 +177,10 @@ inline result<const backend_descriptor*, backend_spec_error> parse_backend_spec(
     const std::vector<std::string_view> known = detail::known_options(catalogue, name);
     if (std::ranges::none_of(catalogue, [&](const backend_descriptor* d) { return d->name == name; }))
         return backend_spec_error{"unknown backend '" + std::string(name) +
-                                  "' (known: " + detail::known_names(catalogue) + ")"};
+                                  "' (known: " + backend_names_shown(catalogue) + ")"};
 
     const auto accepted = [&] {
-        std::string list;
-        bool calibration_listed = false;  // one "calibration=METHOD" for the six methods
-        for (const std::string_view option : known) {
-            if (detail::is_calibration(option) && std::exchange(calibration_listed, true)) continue;
-            list.append(list.empty() ? "" : " ").append(detail::is_calibration(option) ? "calibration=METHOD" : option);
-        }
-        return " (" + std::string(name) + " accepts: " + list + ")";
+        return " (" + std::string(name) + " accepts: " + backend_options_shown(name, catalogue) + ")";
     };
     if (colon != std::string_view::npos && options.empty())
         return backend_spec_error{"backend spec '" + std::string(spec) + "' has ':' but no option" + accepted()};
