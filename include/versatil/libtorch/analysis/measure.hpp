@@ -119,7 +119,7 @@ inline quantization_report build_report(const ::torch::jit::Module& model, const
     report.adjustments = targets_without_layers(model, quantizer);
     report.adjustments.insert(report.adjustments.end(), done.input_notes.begin(), done.input_notes.end());
     report.adjustments.insert(report.adjustments.end(), lowered.adjustments.begin(), lowered.adjustments.end());
-    report.quantizable_kind = quantizer.is_dynamic() ? "linear" : "conv/linear";
+    report.quantizable_kind = quantizer.is_dynamic() ? "linear/recurrent" : "conv/linear";
     report.float_bytes = serialized_bytes(model);
     report.quantized_bytes = serialized_bytes(lowered.module);
 
@@ -156,7 +156,7 @@ inline quantization_report build_report(const ::torch::jit::Module& model, const
     ::torch::jit::Module specialized = float_model.clone();
     if (!quantizer.is_qat()) specialize_for_inference(specialized);
     report.quantizable_ops =
-        count_ops(executed_ops(specialized, evaluation.front()), quantizable_op_test(quantizer.is_dynamic()));
+        count_ops(executed_ops(specialized, evaluation.front()), counted_op_test(quantizer.is_dynamic()));
     report.quantized_ops = count_ops(
         on_lowered([&](const ::torch::jit::Module& copy) { return executed_ops(copy, evaluation.front()); }), is_quantized_op);
     report.evaluation_samples = samples_in(evaluation);

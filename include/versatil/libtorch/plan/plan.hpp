@@ -31,6 +31,15 @@ struct adjustment {
     std::string change;
 };
 
+// A recurrent layer of the lowered model (LSTM, GRU, RNN or one of their cells) and whether
+// lowering quantized it; when not, why (passes/recurrent_dynamic.hpp).
+struct recurrent_layer {
+    std::string module_path;
+    std::string kind;  // "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell"
+    bool quantized = false;
+    std::string stays_float_because{};
+};
+
 // What the plan decides for one quantizing target. LibTorch tells QConfigs apart by the observer
 // objects they hold: modules sharing a class type, or layers reading one value (attention's
 // q/k/v projections), must get the very same QConfig, so each is made once and used for every
@@ -136,6 +145,7 @@ struct staged_model {
     // in: what bias correction measures the converted model against, and what GPTQ takes the
     // layers' inputs from. Kept only when a target has one of those steps; lower() drops it.
     std::optional<::torch::jit::Module> float_model{};
+    std::vector<recurrent_layer> recurrent_layers{};  // lowered: every recurrent layer, quantized or not
 };
 
 using prepared_model = staged_model<stage::prepared>;

@@ -29,30 +29,18 @@
 
 #include "versatil/libtorch/accuracy/equalize.hpp"
 #include "versatil/libtorch/passes/fold_batch_norm.hpp"
+#include "versatil/libtorch/passes/recurrent_dynamic.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/stages/lower.hpp"
 #include "versatil/libtorch/torchscript/module_tree.hpp"
 #include "versatil/libtorch/observers/observers.hpp"
+#include "versatil/libtorch/observers/quantized_weight.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"
 
 namespace versatil::libtorch {
 
 namespace dynamic_detail {
-
-// A weight quantized as convert quantizes it: with the qparams its observer computes (its
-// spec's kind: per channel or per tensor), scales in float32 and zero points in int32 as
-// InsertQuantDeQuant stores them.
-inline at::Tensor quantized_weight(const at::Tensor& weight, const quantization_spec& spec) {
-    ::torch::jit::Module observer = make_observer(spec);
-    observer.forward({weight});
-    const auto qparams = observer.run_method("calculate_qparams").toTuple();
-    const at::Tensor scale = qparams->elements()[0].toTensor().to(at::kFloat);
-    const at::Tensor zero_point = qparams->elements()[1].toTensor().to(at::kInt);
-    const c10::ScalarType dtype = observer_detail::quantized_scalar_type(spec.dtype);
-    if (is_per_channel(spec.qscheme)) return at::quantize_per_channel(weight, scale, zero_point, spec.ch_axis, dtype);
-    return at::quantize_per_tensor(weight, scale.item<double>(), zero_point.item<std::int64_t>(), dtype);
-}
 
 // The targeted linear ops of a frozen graph with their weight specs, or none when one of them
 // is beyond the direct path.
@@ -156,6 +144,7 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
     if (!frozen) return std::nullopt;
     ::torch::jit::Module& lowered = frozen->module;
     const std::shared_ptr<::torch::jit::Graph> graph = lowered.get_method("forward").graph();
+    std::vector<recurrent_layer> recurrent;
     try {
         for (const dynamic_detail::targeted_linear& linear : frozen->linears) {
             const ::torch::jit::WithInsertPoint before(linear.node);
@@ -166,11 +155,13 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
         }
         ::torch::jit::EliminateDeadCode(graph);
         ::torch::jit::FoldQuantizedPrepackingOps(lowered);
+        recurrent = quantize_recurrent_layers(lowered, plan);
     } catch (const std::exception& failure) {
         throw detail::lowering_failure(plan, failure);
     }
     detail::check_lowered_runs(lowered, plan, options);
-    return lowered_model{lowered, plan, std::move(frozen->adjustments), std::nullopt};
+    note_float_recurrent_layers(recurrent, plan, frozen->adjustments);
+    return lowered_model{lowered, plan, std::move(frozen->adjustments), std::nullopt, std::move(recurrent)};
 }
 
 }  // namespace versatil::libtorch

@@ -20,6 +20,7 @@
 #include "versatil/libtorch/stages/calibrate.hpp"
 #include "versatil/libtorch/stages/convert.hpp"
 #include "versatil/libtorch/passes/dequantize_tuples.hpp"
+#include "versatil/libtorch/passes/recurrent_dynamic.hpp"
 #include "versatil/libtorch/torchscript/engine.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/plan/backend_lowering.hpp"
@@ -122,12 +123,14 @@ inline lowered_model lower(const converted_model& converted, bool in_place, cons
     ::torch::jit::Module module = in_place ? converted.module : converted.module.clone();
     ::torch::jit::Module lowered;
     std::vector<adjustment> adjustments = converted.adjustments;
+    std::vector<recurrent_layer> recurrent;
     try {
         lowered = ::torch::jit::Finalize(module, plan.quant_type);
         auto graph = lowered.get_method("forward").graph();
         ::torch::jit::FuseQuantizedAddRelu(graph);
         detail::dequantize_tuples_item_by_item(graph);
         unpack_weights_once(lowered);
+        recurrent = quantize_recurrent_layers(lowered, plan);
         for (const auto& [path, target] : plan.targets) {
             const std::string_view because = target.lowering->clamps_read_contiguous_copies_because;
             if (because.empty()) continue;
@@ -141,7 +144,8 @@ inline lowered_model lower(const converted_model& converted, bool in_place, cons
         throw lowering_failure(plan, failure);
     }
     check_lowered_runs(lowered, plan, options);
-    return {lowered, plan, std::move(adjustments), std::nullopt};
+    note_float_recurrent_layers(recurrent, plan, adjustments);
+    return {lowered, plan, std::move(adjustments), std::nullopt, std::move(recurrent)};
 }
 
 }  // namespace detail

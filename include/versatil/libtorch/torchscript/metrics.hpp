@@ -141,6 +141,22 @@ inline bool is_quantizable_op(std::string_view kind) {
 // Dynamic quantization in this LibTorch quantizes linear layers only.
 inline auto quantizable_op_test(bool dynamic) { return dynamic ? is_linear_op : is_quantizable_op; }
 
+// What the report counts: for dynamic quantization the recurrent layers too, which are quantized
+// whole (passes/recurrent_dynamic.hpp), not per linear op; an RNN, which LibTorch cannot
+// quantize, counts as a layer that stays float.
+inline bool is_linear_or_recurrent_op(std::string_view kind) {
+    return is_linear_op(kind) || kind == "aten::lstm" || kind == "aten::gru" || kind == "aten::rnn_tanh" ||
+           kind == "aten::rnn_relu";
+}
+inline auto counted_op_test(bool dynamic) { return dynamic ? is_linear_or_recurrent_op : is_quantizable_op; }
+
+// The ops that run the steps of a recurrent layer: LibTorch's float kernels call aten::linear for
+// every step, which is the layer's work, not a layer of its own.
+inline bool is_recurrent_op(std::string_view kind) {
+    return kind == "aten::lstm" || kind == "aten::gru" || kind == "aten::rnn_tanh" || kind == "aten::rnn_relu" ||
+           kind == "aten::quantized_lstm" || kind == "aten::quantized_gru";
+}
+
 namespace detail {
 // Nodes of `kinds` in a module's forward at any depth, with every submodule and function
 // call inlined: every call site counts, in `if` and loop bodies too.
@@ -153,15 +169,26 @@ inline std::int64_t count_nodes(const ::torch::jit::Module& model, bool (*matche
 
 inline thread_local std::map<std::string, std::int64_t>* executed_op_counts = nullptr;
 
+inline thread_local int inside_recurrent_ops = 0;
+struct recurrent_call : at::ObserverContext {};  // marks a recurrent op's call for its end callback
+
+// Ops called inside a recurrent op are not counted (see is_recurrent_op); the context returned
+// for a recurrent op marks the call whose end leaves it.
 inline std::unique_ptr<at::ObserverContext> count_executed_op(const at::RecordFunction& call) {
-    if (executed_op_counts) ++(*executed_op_counts)[call.name()];
-    return nullptr;
+    if (executed_op_counts && inside_recurrent_ops == 0) ++(*executed_op_counts)[call.name()];
+    if (!is_recurrent_op(call.name())) return nullptr;
+    ++inside_recurrent_ops;
+    return std::make_unique<recurrent_call>();
+}
+
+inline void end_executed_op(const at::RecordFunction&, at::ObserverContext* recurrent) {
+    if (recurrent) --inside_recurrent_ops;
 }
 }  // namespace detail
 
 // How often one forward on `inputs` runs each op, by name, as LibTorch's profiler sees them:
 // every call site that runs counts, whichever module, method or function it sits in, and
-// branches that do not run do not.
+// branches that do not run do not; the ops a recurrent layer runs for its steps are its own.
 inline std::map<std::string, std::int64_t> executed_ops(const ::torch::jit::Module& model, const batch& inputs) {
     std::map<std::string, std::int64_t> counts;
     ::torch::jit::Module module = model;
@@ -171,11 +198,12 @@ inline std::map<std::string, std::int64_t> executed_ops(const ::torch::jit::Modu
         ~counting() {
             at::removeCallback(handle);
             detail::executed_op_counts = nullptr;
+            detail::inside_recurrent_ops = 0;  // a forward that threw may have left a recurrent op unended
         }
     };
     detail::executed_op_counts = &counts;
     const counting scope{at::addThreadLocalCallback(
-        at::RecordFunctionCallback(&detail::count_executed_op).scopes({at::RecordScope::FUNCTION}))};
+        at::RecordFunctionCallback(&detail::count_executed_op, &detail::end_executed_op).scopes({at::RecordScope::FUNCTION}))};
     module.forward(inputs.arguments());
     return counts;
 }
@@ -198,6 +226,7 @@ inline bool calls_op(const ::torch::jit::Module& module, bool (*matches)(std::st
 }
 
 inline bool is_quantized_op(std::string_view kind) {
+    if (kind == "aten::quantized_lstm" || kind == "aten::quantized_gru") return true;
     return kind.starts_with("quantized::") &&
            (kind.find("conv") != std::string_view::npos || kind.find("linear") != std::string_view::npos) &&
            kind.find("prepack") == std::string_view::npos && kind.find("unpack") == std::string_view::npos;
