@@ -197,7 +197,9 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
         std::optional<switchable_dynamic_quantization> dynamic_switches;
         if (!quantizer.is_dynamic() && full.stages.converted)
             static_switches.emplace(full.stages.converted->module, candidates, ::torch::jit::QuantType::STATIC);
-        if (quantizer.is_dynamic()) dynamic_switches = switchable_dynamic_quantization::make(model, result.model.plan, candidates);
+        if (quantizer.is_dynamic())
+            dynamic_switches =
+                switchable_dynamic_quantization::make(model, result.model.plan, candidates, full.stages.data.calibration);
         if (static_switches || dynamic_switches) {
             // The data as the sequence conformed it, which the report measured on.
             const bool held_out = !full.stages.data.evaluation.empty();

@@ -77,7 +77,7 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
         if (!converted) throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
         switchable.emplace(*converted, layers, ::torch::jit::QuantType::STATIC);
     } else {
-        dynamic_switches = switchable_dynamic_quantization::make(model, plan_for(quantizer), layers);
+        dynamic_switches = switchable_dynamic_quantization::make(model, plan_for(quantizer), layers, calibration);
     }
     // Output SQNR of the switched model (static or dynamic) with `layer`'s switches on.
     const auto switched_on = [&](auto& switches, const std::string& layer) {
