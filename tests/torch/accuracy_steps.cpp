@@ -708,8 +708,9 @@ TEST_CASE("the dynamic switched model keeps layers in float as the direct path d
     const runtime_quantizer quantizer = whole_model("x86_inductor:dynamic");
     const std::vector<std::string> layers{"embed", "head", "encoder.0.self_attn.q_proj", "encoder.0.self_attn.k_proj",
                                           "encoder.0.self_attn.v_proj", "encoder.0.linear1"};
+    // Weights chosen on the calibration data, as quantize() chooses them (dynamic_weight_choice.hpp).
     std::optional<switchable_dynamic_quantization> switches =
-        switchable_dynamic_quantization::make(model, plan_for(quantizer), layers);
+        switchable_dynamic_quantization::make(model, plan_for(quantizer), layers, data.calibration);
     REQUIRE(switches.has_value());
     const model_outputs reference = run_batches(model, data.evaluation);
     const quantize_options quiet{.per_layer = false, .progress = false};

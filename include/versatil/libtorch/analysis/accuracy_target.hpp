@@ -190,8 +190,9 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
     std::optional<detail::greedy_rating> rating;
     if (!steps.back().met) {
         const std::lock_guard serialized(detail::libtorch_state_mutex());
-        std::optional<layer_switches> switches = layer_switches::make(
-            model, result.model.plan, full.stages.converted ? &full.stages.converted->module : nullptr, candidates);
+        std::optional<layer_switches> switches =
+            layer_switches::make(model, result.model.plan, full.stages.converted ? &full.stages.converted->module : nullptr,
+                                 candidates, full.stages.data.calibration);
         if (switches) {
             // The data as the sequence conformed it, which the report measured on.
             const bool held_out = !full.stages.data.evaluation.empty();

@@ -36,13 +36,14 @@ public:
     // equalizing the whole target's chains is another model than equalizing one layer's.
     static std::optional<switchable_dynamic_quantization> make(const ::torch::jit::Module& model,
                                                                 const quantization_plan& plan,
-                                                                const std::vector<std::string>& layers) {
+                                                                const std::vector<std::string>& layers,
+                                                                const std::vector<batch>& choose_on = {}) {
         if (plan.quant_type != ::torch::jit::QuantType::DYNAMIC || plan.quantizer.is_qat()) return std::nullopt;
         for (const backend_quantizer& target : plan.quantizer.quantizers())
             if (target.config().cross_layer_equalization) return std::nullopt;
         const auto environment = plan.quantizer.environment_context();
         const engine_scope engine(plan.engine);  // weights are packed for the engine that runs them
-        auto frozen = dynamic_detail::freeze_for_direct_path(model, plan);
+        auto frozen = dynamic_detail::freeze_for_direct_path(model, plan, choose_on);
         if (!frozen) return std::nullopt;
         switchable_dynamic_quantization switches(std::move(frozen->module), plan.engine);
         try {
@@ -129,7 +130,7 @@ private:
             ::torch::jit::Block* in_float = choice->addBlock();
             {
                 const ::torch::jit::WithInsertPoint inside_block(quantized->return_node());
-                quantized->registerOutput(dynamic_detail::insert_linear_dynamic(*graph, node->input(0), packed));
+                quantized->registerOutput(dynamic_detail::insert_linear_dynamic(*graph, linear, node->input(0), packed));
             }
             node->moveBefore(in_float->return_node());
             in_float->registerOutput(node->output());

@@ -18,13 +18,15 @@ namespace versatil::libtorch {
 class layer_switches {
 public:
     // None for a static plan without its converted model, or a dynamic one whose model the
-    // direct path does not cover.
+    // direct path does not cover. `choose_on`: the calibration data on which quantize() chose the
+    // dynamic layers' weights (accuracy/dynamic_weight_choice.hpp), so the switches hold the same.
     static std::optional<layer_switches> make(const ::torch::jit::Module& model, const quantization_plan& plan,
                                               const ::torch::jit::Module* converted,
-                                              const std::vector<std::string>& layers) {
+                                              const std::vector<std::string>& layers,
+                                              const std::vector<batch>& choose_on = {}) {
         if (plan.quantizer.is_dynamic()) {
             std::optional<switchable_dynamic_quantization> dynamic =
-                switchable_dynamic_quantization::make(model, plan, layers);
+                switchable_dynamic_quantization::make(model, plan, layers, choose_on);
             if (!dynamic) return std::nullopt;
             return layer_switches(std::move(*dynamic));
         }

@@ -73,7 +73,8 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
                                   calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
     if (!quantizer.is_dynamic() && !converted)
         throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
-    std::optional<layer_switches> switches = layer_switches::make(model, plan_for(quantizer), converted, layers);
+    std::optional<layer_switches> switches =
+        layer_switches::make(model, plan_for(quantizer), converted, layers, calibration);
     std::vector<layer_sqnr> result;
     for (const std::string& layer : layers) {
         if (!switches || !switches->stands_for_alone(layer)) {

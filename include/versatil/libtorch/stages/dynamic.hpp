@@ -27,6 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "versatil/libtorch/accuracy/dynamic_weight_choice.hpp"
 #include "versatil/libtorch/accuracy/equalize.hpp"
 #include "versatil/libtorch/passes/fold_batch_norm.hpp"
 #include "versatil/libtorch/passes/recurrent_dynamic.hpp"
@@ -42,11 +43,13 @@ namespace versatil::libtorch {
 
 namespace dynamic_detail {
 
-// The targeted linear ops of a frozen graph with their weight specs, or none when one of them
-// is beyond the direct path.
+// The targeted linear ops of a frozen graph with how each is quantized (its backend's weight
+// spec and LibTorch's reduce_range until measured: dynamic_weight_choice.hpp), or none when one
+// of them is beyond the direct path.
 struct targeted_linear {
     ::torch::jit::Node* node;
-    quantization_spec weight;
+    dynamic_weight_choice quantized;
+    bool reduce_range_asked = false;  // the backend's reduce_range option: not a candidate to drop
 };
 
 inline std::optional<std::vector<targeted_linear>> targeted_linears(const std::shared_ptr<::torch::jit::Graph>& graph,
@@ -58,7 +61,9 @@ inline std::optional<std::vector<targeted_linear>> targeted_linears(const std::s
         const bool constant_weight = node->input(1)->node()->kind() == c10::prim::Constant &&
                                      (node->input(2)->node()->kind() == c10::prim::Constant);
         if (node->owningBlock() != graph->block() || !constant_weight) return std::nullopt;
-        found.push_back({node, *applies->config().weight});
+        const quantization_spec& activation = *applies->config().input_activation;
+        // LibTorch 1.13's InsertQuantDeQuant asks for reduce_range on every dynamic activation.
+        found.push_back({node, {*applies->config().weight, true}, activation.quant_max - activation.quant_min < 255});
     }
     // Graph mode quantizes a targeted linear's input dynamically for every linear that reads
     // it, targeted or not (LibTorch 1.13's RemoveRedundantQuantizationOps keeps the quantize /
@@ -91,6 +96,28 @@ inline void preprocess_as_insert_observers(const ::torch::jit::Module& module) {
     }
 }
 
+// Each targeted linear's weight scheme and reduce_range measured on `batches` with the engine in
+// effect (dynamic_weight_choice.hpp), one adjustment per layer saying what it chose and why.
+inline std::vector<adjustment> choose_measured_weights(const ::torch::jit::Module& frozen,
+                                                       std::vector<targeted_linear>& linears,
+                                                       const std::vector<batch>& batches) {
+    std::vector<::torch::jit::Node*> nodes;
+    for (const targeted_linear& linear : linears) nodes.push_back(linear.node);
+    const std::vector<std::vector<at::Tensor>> inputs = linear_inputs(frozen, nodes, batches);
+    std::vector<adjustment> chosen;
+    for (std::size_t i = 0; i < linears.size(); ++i) {
+        ::torch::jit::Node* node = linears[i].node;
+        const at::Tensor weight = ::torch::jit::toIValue(node->input(1))->toTensor();
+        const c10::IValue bias = *::torch::jit::toIValue(node->input(2));
+        const measured_weight_choice measured = choose_dynamic_weights(
+            weight, bias.isTensor() ? bias.toTensor() : at::Tensor(), inputs[i],
+            dynamic_weight_candidates(linears[i].quantized, linears[i].reduce_range_asked));
+        linears[i].quantized = measured.choice;
+        chosen.push_back({call_stack_path(node).value_or(""), measured.reason});
+    }
+    return chosen;
+}
+
 // The model as the direct path quantizes it: folded, equalized for the targets with the cle
 // option, preprocessed as InsertObservers preprocesses and frozen as lower() freezes, with the
 // targeted linear ops of its frozen graph; none when one of them is beyond the direct path.
@@ -100,8 +127,11 @@ struct frozen_for_direct_path {
     std::vector<adjustment> adjustments;
 };
 
+// With `choose_on` batches, each targeted linear's weights are chosen by measurement on them
+// (choose_measured_weights); without, it is quantized as graph mode quantizes it.
 inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torch::jit::Module& model,
-                                                                    const quantization_plan& plan) {
+                                                                    const quantization_plan& plan,
+                                                                    const std::vector<batch>& choose_on = {}) {
     ::torch::jit::Module clone = private_clone(model);
     clone.eval();
     ::torch::jit::Module folded = fold_batch_norms(clone);
@@ -111,6 +141,10 @@ inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torc
     ::torch::jit::Module frozen = ::torch::jit::freeze_module(folded);
     auto linears = targeted_linears(frozen.get_method("forward").graph(), plan.quantizer);
     if (!linears) return std::nullopt;
+    if (!choose_on.empty()) {
+        std::vector<adjustment> chosen = choose_measured_weights(frozen, *linears, choose_on);
+        adjustments.insert(adjustments.end(), chosen.begin(), chosen.end());
+    }
     return frozen_for_direct_path{std::move(frozen), std::move(*linears), std::move(adjustments)};
 }
 
@@ -120,27 +154,31 @@ inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torc
 inline ::torch::jit::Value* insert_packed_weight(::torch::jit::Graph& graph, const targeted_linear& linear) {
     const at::Tensor weight = ::torch::jit::toIValue(linear.node->input(1))->toTensor();
     return graph.insert(c10::Symbol::fromQualString("quantized::linear_prepack"),
-                        {graph.insertConstant(quantized_weight(weight, linear.weight)), linear.node->input(2)});
+                        {graph.insertConstant(quantized_weight(weight, linear.quantized.weight)), linear.node->input(2)});
 }
 
-inline ::torch::jit::Value* insert_linear_dynamic(::torch::jit::Graph& graph, ::torch::jit::Value* input,
-                                                  ::torch::jit::Value* packed) {
-    // LibTorch 1.13's InsertQuantDeQuant asks for reduce_range on every dynamic activation;
-    // the engines' dynamic linear ops receive it (QNNPACK's ignores it).
-    return graph.insert(c10::Symbol::fromQualString("quantized::linear_dynamic"), {input, packed, graph.insertConstant(true)});
+inline ::torch::jit::Value* insert_linear_dynamic(::torch::jit::Graph& graph, const targeted_linear& linear,
+                                                  ::torch::jit::Value* input, ::torch::jit::Value* packed) {
+    // The engines' dynamic linear ops receive reduce_range (QNNPACK's ignores it).
+    return graph.insert(c10::Symbol::fromQualString("quantized::linear_dynamic"),
+                        {input, packed, graph.insertConstant(linear.quantized.reduce_range)});
 }
+
 
 }  // namespace dynamic_detail
 
 // Dynamic targets quantized directly into the lowered module; none when the model needs the
-// graph-mode path (see above). Runs one forward on options.sample, as lower() does.
+// graph-mode path (see above). Runs one forward on options.sample, as lower() does. With
+// `choose_on` batches (the calibration data), each layer's weight scheme and reduce_range are
+// chosen on them with the engine (freeze_for_direct_path).
 inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::Module& model, const quantization_plan& plan,
-                                                           const lowering_options& options = {}) {
+                                                           const lowering_options& options = {},
+                                                           const std::vector<batch>& choose_on = {}) {
     if (plan.quant_type != ::torch::jit::QuantType::DYNAMIC || plan.quantizer.is_qat()) return std::nullopt;
     check_model_fits(model, plan.quantizer, plan.devices);
     const auto environment = plan.quantizer.environment_context();
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
-    auto frozen = dynamic_detail::freeze_for_direct_path(model, plan);
+    auto frozen = dynamic_detail::freeze_for_direct_path(model, plan, choose_on);
     if (!frozen) return std::nullopt;
     ::torch::jit::Module& lowered = frozen->module;
     const std::shared_ptr<::torch::jit::Graph> graph = lowered.get_method("forward").graph();
@@ -150,7 +188,7 @@ inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::M
             const ::torch::jit::WithInsertPoint before(linear.node);
             ::torch::jit::Value* packed = dynamic_detail::insert_packed_weight(*graph, linear);
             linear.node->output()->replaceAllUsesWith(
-                dynamic_detail::insert_linear_dynamic(*graph, linear.node->input(0), packed));
+                dynamic_detail::insert_linear_dynamic(*graph, linear, linear.node->input(0), packed));
             linear.node->destroy();
         }
         ::torch::jit::EliminateDeadCode(graph);

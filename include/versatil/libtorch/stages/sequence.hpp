@@ -135,7 +135,7 @@ stage_results run_sequence(const ::torch::jit::Module& model, const quantization
     lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
     if (!done.data.calibration.empty()) lowering.sample = done.data.calibration.front();
     else if (!done.data.evaluation.empty()) lowering.sample = done.data.evaluation.front();
-    if (until == run_until::lowered) done.lowered = lower_dynamic_directly(model, plan, lowering);
+    if (until == run_until::lowered) done.lowered = lower_dynamic_directly(model, plan, lowering, done.data.calibration);
     if (until != run_until::conformed && !done.lowered) {
         prepared_model prepared = prepare(model, plan);
         done.training = calibrate_or_train(prepared, done.data, options);
