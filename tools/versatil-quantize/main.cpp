@@ -6,7 +6,8 @@
 //                     [--export H.hpp [--export-namespace NAME] [--export-input-layout chw|hwc]]
 //                     [--batch N] [--threads N]
 //                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer]
-//                     [--per-layer-samples N] [--per-layer-top N] [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
+//                     [--per-layer-samples N] [--per-layer-top N]
+//                     [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
 //                     [--RANK R --WORLD_SIZE N --MASTER_ADDR HOST --MASTER_PORT PORT [--dist-timeout S]]
 //
 // With a world size above one (flags, or torchrun's variables of the same names), every
