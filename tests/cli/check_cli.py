@@ -408,6 +408,28 @@ with tempfile.TemporaryDirectory() as scratch:
     if leftovers:
         failures.append(f"partial output left behind: {leftovers}")
 
+
+
+def check_per_layer_top():
+    """--per-layer-top N: the table shows the N worst layers of the per-layer analysis, the JSON all."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report_path = Path(tmp) / "top.json"
+        table = run("--per-layer-top", "2", "--report", report_path, expect_text="2 more layers not shown")
+        if not report_path.exists():
+            return  # run() has recorded the failure
+        rows = json.loads(report_path.read_text())["per_layer"]  # worst first
+        if len(rows) != 4:
+            failures.append(f"--per-layer-top 2: the JSON report holds {len(rows)} rows, not the embedded model's 4")
+            return
+        lines = table.split("per layer (", 1)[-1].splitlines()[1:]  # the per-layer rows, after their heading
+        shown = [row["name"] for row in rows if any(line.split()[:1] == [row["name"]] for line in lines)]
+        if shown != [row["name"] for row in rows[:2]]:
+            failures.append(f"--per-layer-top 2: the table shows {shown}, the worst two are {rows[0]['name']}, "
+                            f"{rows[1]['name']}\n{table}")
+
+
+check_per_layer_top()
+
 for failure in failures:
     print("FAIL:", failure)
 sys.exit(1 if failures else 0)

@@ -6,7 +6,8 @@
 //                     [--export H.hpp [--export-namespace NAME] [--export-input-layout chw|hwc]]
 //                     [--batch N] [--threads N]
 //                     [--steps N] [--lr X] [--freeze-observers-after N] [--no-per-layer]
-//                     [--per-layer-samples N] [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
+//                     [--per-layer-samples N] [--per-layer-top N]
+//                     [--min-sqnr DB] [--max-accuracy-drop POINTS] [--verbose]
 //                     [--RANK R --WORLD_SIZE N --MASTER_ADDR HOST --MASTER_PORT PORT [--dist-timeout S]]
 //
 // With a world size above one (flags, or torchrun's variables of the same names), every
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
     int threads = 1;
     bool no_per_layer = false;
     std::int64_t per_layer_samples = quantize_options{}.per_layer_samples;
+    std::optional<std::int64_t> per_layer_top;
     bool verbose = false;
     qat_options qat;
     accuracy_target target;
@@ -203,6 +205,10 @@ int main(int argc, char** argv) {
         ->type_name("N")
         ->check(at_least(1));
     app.add_flag("--no-per-layer", no_per_layer, "skip the per-layer SQNR analysis (one evaluation pass per layer)");
+    app.add_option("--per-layer-top", per_layer_top,
+                   "show only the N worst layers of the per-layer analysis in the table (the JSON report keeps all)")
+        ->type_name("N")
+        ->check(at_least(1));
     app.add_option("--per-layer-samples", per_layer_samples,
                    "evaluation samples the per-layer analysis runs each layer on (default: at least 128, and about one "
                    "evaluation pass in all; 0: all)")
@@ -342,7 +348,15 @@ int main(int argc, char** argv) {
         result.report.command_line.assign(argv, argv + argc);
         std::printf("versatil %.*s: %s\n", static_cast<int>(versatil::version.size()), versatil::version.data(),
                     model_path ? model_path->c_str() : "embedded default (small CNN + MLP, synthetic data)");
-        std::fputs(format_table(result.report).c_str(), stdout);
+        // The table shows the worst rows only (per_layer is worst first); the JSON report keeps every row.
+        quantization_report shown = result.report;
+        const std::size_t all_rows = shown.per_layer.size();
+        if (per_layer_top && all_rows > static_cast<std::size_t>(*per_layer_top))
+            shown.per_layer.resize(static_cast<std::size_t>(*per_layer_top));
+        std::fputs(format_table(shown).c_str(), stdout);
+        if (shown.per_layer.size() < all_rows)
+            std::printf("  (%zu more layers not shown: --per-layer-top %lld)\n", all_rows - shown.per_layer.size(),
+                        static_cast<long long>(*per_layer_top));
         commit_outputs(outputs, result, exported);
         // A quantized model runs only on the engine its weights were packed for; Python's default may be another.
         if (out_path)

@@ -52,6 +52,8 @@ public:
         return std::visit([](const auto& switches) -> const ::torch::jit::Module& { return switches.module(); },
                           switches_);
     }
+    // A static plan's switches, whose layers share values (sensitivity.hpp), or none.
+    const switchable_quantization* static_switches() const { return std::get_if<switchable_quantization>(&switches_); }
     // The engine the dynamic switches packed their weights for, which must run them.
     std::optional<at::QEngine> engine() const {
         const auto* dynamic = std::get_if<switchable_dynamic_quantization>(&switches_);

@@ -6,6 +6,8 @@
 
 #include <torch/script.h>
 
+#include <map>
+
 #include "versatil/libtorch/analysis/layer_switches.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/analysis/sensitivity.hpp"
@@ -13,6 +15,7 @@
 #include "versatil/libtorch/stages/sequence.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"
+#include "versatil/libtorch/torchscript/progress.hpp"
 
 namespace versatil::libtorch {
 
@@ -37,18 +40,32 @@ inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runt
     return compare_outputs(reference, run_batches(lowered.module, evaluation)).overall.sqnr_db;
 }
 
+// Whether layers of one target may be quantized together for the per-layer analysis and each be
+// as quantized alone: not with the steps that look beyond a layer (cle equalizes chains of
+// layers, bias_correction measures each layer's output shift in the converted model, behind the
+// other quantized layers, gptq rounds against the layers' inputs).
+inline bool quantized_as_alone_together(const runtime_quantizer& quantizer, const std::string& a, const std::string& b) {
+    const std::optional<backend_quantizer> target = quantizer.quantizer_for(a);
+    const quantization_config& config = target->config();
+    return target->module_path == quantizer.quantizer_for(b)->module_path && !config.cross_layer_equalization &&
+           !config.bias_correction && !config.gptq;
+}
+
 // The per-layer analysis (report.per_layer): output SQNR against the float `model` on
 // `evaluation` with only each layer quantized, worst first. Static targets switch each layer's
 // quantize ops on in `converted`, the model of the one calibration (sensitivity.hpp): one
 // evaluation pass per layer; dynamic targets switch each layer's linear ops on in the direct
 // path's model (dynamic_switches.hpp), one evaluation pass per layer too. Where that cannot
 // stand for the layer quantized alone (a static layer's input on a grid observed elsewhere, as
-// after average pooling; a dynamic model beyond the direct path, or with the cle option), the
-// layer is quantized alone, calibrated on the first 8 calibration batches as the analysis
-// always did.
+// after average pooling or a ReLU6; a dynamic model beyond the direct path, or with the cle
+// option), the layer is quantized alone, calibrated on the first 8 calibration batches as the
+// analysis always did: static layers in groups of layers apart (groups_apart), each group
+// calibrated and converted once and its layers switched on in turn, or one lowering per layer
+// where the group's converted model cannot stand for one either.
 // Each layer is evaluated on the first samples of `evaluation` that `requested_samples` asks
 // for (quantize_options::per_layer_samples); `reference_outputs`, when given, are the float
-// model's on all of `evaluation` (measure() has them), used when every sample is.
+// model's on all of `evaluation` (measure() has them), used when every sample is. `progress`
+// draws a bar on a terminal.
 struct per_layer_analysis {
     std::vector<layer_sqnr> layers;  // worst first
     std::int64_t samples = 0;        // evaluated per layer
@@ -58,7 +75,7 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
                                          const ::torch::jit::Module* converted, const std::vector<batch>& calibration,
                                          const std::vector<batch>& all_evaluation, int threads,
                                          std::int64_t requested_samples = automatic_per_layer_samples,
-                                         const model_outputs* reference_outputs = nullptr) {
+                                         const model_outputs* reference_outputs = nullptr, bool progress = false) {
     const std::vector<std::string> layers = analysed_layers(model, quantizer);
     const std::int64_t all_samples = samples_in(all_evaluation);
     const std::vector<batch> evaluation = first_samples(
@@ -75,20 +92,58 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
         throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
     std::optional<layer_switches> switches =
         layer_switches::make(model, plan_for(quantizer), converted, layers, calibration);
-    std::vector<layer_sqnr> result;
+    progress_bar bar("per-layer analysis", static_cast<std::int64_t>(layers.size()), progress);
+    std::map<std::string, double> figures;
+    const auto add = [&](const std::string& layer, double sqnr_db) {
+        figures[layer] = sqnr_db;
+        bar.update(static_cast<std::int64_t>(figures.size()), layer);
+    };
+    // Output SQNR of a switched model with `layer`'s switches on.
+    const auto switched_on = [&](auto& on, const std::string& layer) {
+        on.quantize_layer(layer, true);
+        const double sqnr_db = compare_outputs(reference, run_batches(on.module(), evaluation)).overall.sqnr_db;
+        on.quantize_layer(layer, false);
+        return sqnr_db;
+    };
+    const auto alone = [&](const std::string& layer) {
+        return sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads);
+    };
+    std::vector<std::string> on_borrowed_grids;  // static layers the converted model cannot stand for alone
     for (const std::string& layer : layers) {
-        if (!switches || !switches->stands_for_alone(layer)) {
-            result.push_back({layer, sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads)});
-            continue;
+        if (!switches) {
+            add(layer, alone(layer));
+        } else if (!switches->stands_for_alone(layer)) {
+            on_borrowed_grids.push_back(layer);
+        } else {
+            std::optional<engine_scope> pinned;
+            if (switches->engine()) pinned.emplace(engine_settings{*switches->engine(), threads, std::nullopt});
+            add(layer, switched_on(*switches, layer));
         }
-        // Output SQNR of the switched model with `layer`'s switches on.
-        std::optional<engine_scope> pinned;
-        if (switches->engine()) pinned.emplace(engine_settings{*switches->engine(), threads, std::nullopt});
-        switches->quantize_layer(layer, true);
-        const model_outputs switched = run_batches(switches->module(), evaluation);
-        result.push_back({layer, compare_outputs(reference, switched).overall.sqnr_db});
-        switches->quantize_layer(layer, false);
     }
+    if (const switchable_quantization* switchable = switches ? switches->static_switches() : nullptr) {
+        const auto may_join = [&](const std::string& a, const std::string& b) {
+            return quantized_as_alone_together(quantizer, a, b);
+        };
+        for (const std::vector<std::string>& group : groups_apart(*switchable, on_borrowed_grids, may_join)) {
+            std::vector<runtime_target> targets;
+            for (const std::string& layer : group) targets.push_back({layer, quantizer.quantizer_for(layer)->backend});
+            auto together = runtime_quantizer::compose(std::move(targets));
+            if (!together) throw error(error_kind::invalid_argument, together.error().message);
+            const stage_results done = run_sequence(model, plan_for(*together), subset,
+                                                    {.threads = threads, .per_layer = false, .progress = false},
+                                                    run_until::converted);
+            switchable_quantization group_switches(done.converted->module, group, ::torch::jit::QuantType::STATIC);
+            for (const std::string& layer : group) {
+                const bool apart = std::ranges::none_of(group, [&](const std::string& other) {
+                    return other != layer && group_switches.share_a_value(other, layer);
+                });
+                add(layer, apart && group_switches.stands_for_alone(layer) ? switched_on(group_switches, layer)
+                                                                           : alone(layer));
+            }
+        }
+    }
+    std::vector<layer_sqnr> result;  // in the model's order before sorting, whichever way each was measured
+    for (const std::string& layer : layers) result.push_back({layer, figures.at(layer)});
     std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
     return {std::move(result), samples};
 }
@@ -184,7 +239,7 @@ inline quantization_report build_report(const ::torch::jit::Module& model, const
     if (options.per_layer && !quantizer.is_qat()) {
         per_layer_analysis analysis =
             per_layer_sqnr(float_model, quantizer, done.converted ? &done.converted->module : nullptr, data.calibration,
-                           evaluation, options.threads, options.per_layer_samples, &reference);
+                           evaluation, options.threads, options.per_layer_samples, &reference, options.progress);
         report.per_layer = std::move(analysis.layers);
         report.per_layer_samples = analysis.samples;
     }

@@ -234,6 +234,14 @@ public:
     // the benchmark's resnet_cnn, enough to reorder the ranking).
     [[nodiscard]] bool stands_for_alone(const std::string& layer) const { return !measured_alone_.contains(layer); }
 
+    // Whether `a` and `b` quantize a value in common (one's output read by the other, directly or
+    // through ops that pass quantization through): quantized together, they are not each
+    // quantized as alone, the reader's input taking the producer's grid.
+    [[nodiscard]] bool share_a_value(const std::string& a, const std::string& b) const {
+        const std::set<::torch::jit::Node*>& of_b = layers_.at(b);
+        return std::ranges::any_of(layers_.at(a), [&](::torch::jit::Node* quantize) { return of_b.contains(quantize); });
+    }
+
     const ::torch::jit::Module& module() const { return module_; }
 
 private:
@@ -300,6 +308,30 @@ private:
         }
     }
 };
+
+// `layers` in groups whose members share no quantized value (share_a_value in `switches`) and
+// may be quantized together (`may_join(a, b)`), greedily, in order. Observers change no value,
+// so calibrating a group's layers together observes what calibrating each alone does: one
+// quantization per group instead of one per layer (MobileNetV2's 35 layers that read a ReLU6's
+// output, each on a grid observed elsewhere, become 2 groups).
+template <class MayJoin>
+std::vector<std::vector<std::string>> groups_apart(const switchable_quantization& switches,
+                                                   const std::vector<std::string>& layers, MayJoin may_join) {
+    std::vector<std::vector<std::string>> groups;
+    for (const std::string& layer : layers) {
+        const auto fits = [&](const std::vector<std::string>& group) {
+            return std::ranges::none_of(group, [&](const std::string& member) {
+                return !may_join(member, layer) || switches.share_a_value(member, layer);
+            });
+        };
+        const auto group = std::ranges::find_if(groups, fits);
+        if (group == groups.end())
+            groups.push_back({layer});
+        else
+            group->push_back(layer);
+    }
+    return groups;
+}
 
 // The layers the per-layer analysis reports: the modules inside a target (not the whole model)
 // whose own code calls a quantizable op.
