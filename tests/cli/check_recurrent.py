@@ -68,7 +68,7 @@ def reference(float_model, engine, quant_min):
     weight = PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric,
                                                 quant_min=quant_min, quant_max=127)
     qconfig = QConfig(activation=default_dynamic_quant_observer, weight=weight)
-    return quantize_dynamic(float_model, {nn.LSTM: qconfig, nn.GRU: qconfig, nn.Linear: qconfig})
+    return quantize_dynamic(float_model, {nn.LSTM: qconfig, nn.GRU: qconfig})
 
 
 def run(*args):
@@ -97,8 +97,11 @@ with tempfile.TemporaryDirectory() as scratch:
         for target, (engine, quant_min) in BACKENDS.items():
             label = f"{name} {target}"
             out, report_file = d / f"{name}_{engine}_q.pt", d / f"{name}_{engine}.json"
-            status, output = run("--model", model_file, "--data", data_file, "--target", "=" + target, "--no-per-layer",
-                                 "--out", out, "--report", report_file)
+            # The head stays float on both sides: versatil chooses a dynamic linear's weight scheme and
+            # reduce_range by measurement (accuracy/dynamic_weight_choice.hpp), which quantize_dynamic's
+            # Linear (reduce_range always on) cannot follow; the recurrent layer is this test's subject.
+            status, output = run("--model", model_file, "--data", data_file, "--target", "=" + target,
+                                 "--target", "head=none", "--no-per-layer", "--out", out, "--report", report_file)
             if status != 0:
                 failures.append(f"{label}: exit {status}\n{output}")
                 continue
@@ -113,7 +116,7 @@ with tempfile.TemporaryDirectory() as scratch:
                 theirs = reference(float_model, engine, quant_min)(x) if quantizable else None
             quantized_in_graph = "quantized_lstm" in saved.code or "quantized_gru" in saved.code
             # Counted: the recurrent layer and the head, one op each (not one linear per step).
-            expected_ops = (2 if quantizable else 1, 2)
+            expected_ops = (1 if quantizable else 0, 2)
             if (report["quantized_ops"], report["quantizable_ops"]) != expected_ops:
                 failures.append(f"{label}: {report['quantized_ops']} of {report['quantizable_ops']} ops quantized, "
                                 f"expected {expected_ops[0]} of {expected_ops[1]}")
@@ -126,7 +129,7 @@ with tempfile.TemporaryDirectory() as scratch:
                 else:
                     print(f"ok: {label}: bit-equal to quantize_dynamic")
             else:
-                # Stays float: the layer computes what the float model does (the head alone is quantized).
+                # Stays float: the layer computes what the float model does.
                 if quantized_in_graph or not any(why in note and "stays float" in note for note in notes):
                     failures.append(f"{label}: expected the layer float with the reason {why!r}; notes {notes}")
                 else:
