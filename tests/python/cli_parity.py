@@ -25,6 +25,8 @@ import versatil  # noqa: E402
 CASES = [("encoder", "xnnpack"), ("two_inputs", "xnnpack"), ("encoder", "x86_inductor:dynamic")]
 # Wall-clock figures: measured anew by each run.
 TIMINGS = {"float_ms", "quantized_ms", "speedup", "quantize_seconds", "qat_seconds"}
+# How the run was asked for, which only the CLI knows: its command line and the model file it read.
+PROVENANCE = {"command_line", "model_path"}
 
 
 def inputs_named(data, stem):
@@ -64,7 +66,7 @@ def main():
             if not isinstance(report, dict) or "output SQNR" not in str(report):
                 failures.append(f"{case}: the report is not a dict with the CLI's table as str()")
             differing = sorted(k for k in cli_report.keys() | report.keys()
-                               if k not in TIMINGS and cli_report.get(k) != report.get(k))
+                               if k not in TIMINGS | PROVENANCE and cli_report.get(k) != report.get(k))
             if differing:
                 failures.append(f"{case}: report fields differ from the CLI's: "
                                 + "; ".join(f"{k}: {report.get(k)} != {cli_report.get(k)}" for k in differing))
