@@ -1,5 +1,5 @@
 # Type hints for the extension module versatil (python/versatil_module.cpp; docs/python.md).
-from typing import Any, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -33,6 +33,11 @@ class UnsupportedExport(Error): ...
 class MachineFault(Error): ...
 class DistributedFailure(Error): ...
 class AccuracyTargetUnmet(Error): ...
+class Cancelled(Error): ...
+
+# Called with (label, done, total) at each step a run counts (a calibration batch, a training step, a
+# layer analysed); an exception it raises stops the run there and is raised as it was.
+Progress = Callable[[str, int, int], None]
 
 def quantize(
     model: torch.jit.ScriptModule,
@@ -43,6 +48,7 @@ def quantize(
     labels: Optional[torch.Tensor] = None,
     per_layer: bool = True,
     threads: int = 1,
+    progress: Optional[Progress] = None,
     min_sqnr: Optional[float] = None,
     max_accuracy_drop: Optional[float] = None,
 ) -> Tuple[torch.jit.ScriptModule, Report]: ...
@@ -59,6 +65,7 @@ def train_qat(
     batch_size: int = 64,
     freeze_observers_after: Optional[int] = None,
     threads: int = 1,
+    progress: Optional[Progress] = None,
 ) -> Tuple[torch.jit.ScriptModule, Report]: ...
 def export_firmware(
     model: torch.jit.ScriptModule,
@@ -72,6 +79,7 @@ def export_firmware(
     input_layout: str = "chw",
     per_layer: bool = True,
     threads: int = 1,
+    progress: Optional[Progress] = None,
 ) -> Tuple[torch.jit.ScriptModule, Report]: ...
 def save(model: torch.jit.ScriptModule, path: str) -> None: ...
 def load(path: str) -> torch.jit.ScriptModule: ...

@@ -35,7 +35,7 @@ constexpr std::array all_error_kinds{
     error_kind::no_evaluation_data, error_kind::invalid_calibration_data, error_kind::invalid_model_file,
     error_kind::invalid_data_file, error_kind::io_error,                 error_kind::lowering_failed,
     error_kind::unsupported_model, error_kind::unsupported_export,       error_kind::machine_fault,
-    error_kind::distributed_failure, error_kind::accuracy_target_unmet,
+    error_kind::distributed_failure, error_kind::accuracy_target_unmet, error_kind::cancelled,
 };
 
 // versatil.Error, and one subclass per error kind ("invalid_argument": versatil.InvalidArgument).
@@ -187,19 +187,35 @@ struct run_settings {
     int threads = 1;
     std::optional<double> min_sqnr;
     std::optional<double> max_accuracy_drop;
+    py::object progress = py::none();  // a callable (label, done, total), or None
 };
 
-// The pipeline with the GIL released. Python acts on Ctrl-C only when Python code runs, so a SIGINT
-// received meanwhile is honoured once the pipeline returns: KeyboardInterrupt, the result dropped,
-// nothing written.
+// The pipeline with the GIL released. At each step it counts (a calibration batch, a training step, a
+// layer analysed) the GIL is taken briefly to let Python act on a pending signal and to call the
+// caller's progress callable; a KeyboardInterrupt, or an exception the callable raised, stops the run
+// there (error_kind::cancelled unwinds it, nothing is written) and is raised as it was.
 quantization_result run_pipeline(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                  const quantize_data& data, const run_settings& settings, const qat_options& qat) {
     const quantize_options options{.threads = settings.threads, .per_layer = settings.per_layer, .progress = true,
                                    .qat = qat};
     std::optional<quantization_result> result;
-    {
+    try {
         const py::gil_scoped_release released;
+        const progress_watch watch([&](std::string_view label, std::int64_t done, std::int64_t total) {
+            const py::gil_scoped_acquire acquired;
+            try {
+                if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                if (!settings.progress.is_none()) settings.progress(std::string(label), done, total);
+            } catch (py::error_already_set& raised) {
+                raised.restore();  // raised below, once the pipeline has unwound
+                throw error(error_kind::cancelled, "cancelled at " + std::string(label) + " step " +
+                                                       std::to_string(done) + " of " + std::to_string(total));
+            }
+        });
         result = quantize_to_target(model, quantizer, data, {settings.min_sqnr, settings.max_accuracy_drop}, options);
+    } catch (const error& failure) {
+        if (failure.kind() == error_kind::cancelled && PyErr_Occurred() != nullptr) throw py::error_already_set();
+        throw;
     }
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     return std::move(*result);
@@ -271,14 +287,15 @@ PYBIND11_MODULE(versatil, m) {
         [](const py::object& model, const py::object& calibration,
            const std::map<std::string, std::optional<std::string>>& targets, const py::object& evaluation,
            const std::optional<at::Tensor>& labels, bool per_layer, int threads, std::optional<double> min_sqnr,
-           std::optional<double> max_accuracy_drop) {
+           std::optional<double> max_accuracy_drop, const py::object& progress) {
             return quantize(model, calibration, targets, evaluation, labels,
-                            {per_layer, threads, min_sqnr, max_accuracy_drop});
+                            {per_layer, threads, min_sqnr, max_accuracy_drop, progress});
         },
         py::arg("model"), py::arg("calibration"), py::kw_only(),
         py::arg("targets") = std::map<std::string, std::optional<std::string>>{{"", "xnnpack"}},
         py::arg("evaluation") = py::none(), py::arg("labels") = py::none(), py::arg("per_layer") = true,
         py::arg("threads") = 1, py::arg("min_sqnr") = py::none(), py::arg("max_accuracy_drop") = py::none(),
+        py::arg("progress") = py::none(),
         "Quantizes a scripted or traced model; returns (quantized ScriptModule, report).");
 
     m.def(
@@ -286,7 +303,7 @@ PYBIND11_MODULE(versatil, m) {
         [](const py::object& model, const at::Tensor& train_inputs, const at::Tensor& train_labels,
            const std::map<std::string, std::optional<std::string>>& targets, const py::object& evaluation,
            const std::optional<at::Tensor>& labels, std::int64_t steps, double learning_rate, std::int64_t batch_size,
-           std::optional<std::int64_t> freeze_observers_after, int threads) {
+           std::optional<std::int64_t> freeze_observers_after, int threads, const py::object& progress) {
             const ::torch::jit::Module float_model = script_module(model);
             const runtime_quantizer quantizer = quantizer_from(targets);
             if (!quantizer.is_qat())
@@ -299,13 +316,13 @@ PYBIND11_MODULE(versatil, m) {
             qat.training.learning_rate = learning_rate;
             qat.training.batch_size = batch_size;
             qat.freeze_observers_after = freeze_observers_after.value_or(-1);
-            return python_result(run_pipeline(float_model, quantizer, data, {false, threads, {}, {}}, qat));
+            return python_result(run_pipeline(float_model, quantizer, data, {false, threads, {}, {}, progress}, qat));
         },
         py::arg("model"), py::arg("train_inputs"), py::arg("train_labels"), py::kw_only(),
         py::arg("targets") = std::map<std::string, std::optional<std::string>>{{"", "xnnpack:qat"}},
         py::arg("evaluation") = py::none(), py::arg("labels") = py::none(), py::arg("steps") = 300,
         py::arg("learning_rate") = 1e-4, py::arg("batch_size") = 64, py::arg("freeze_observers_after") = py::none(),
-        py::arg("threads") = 1,
+        py::arg("threads") = 1, py::arg("progress") = py::none(),
         "Trains QAT targets on (train_inputs, train_labels), then converts; returns (quantized ScriptModule, report).");
 
     m.def(
@@ -314,7 +331,7 @@ PYBIND11_MODULE(versatil, m) {
            const std::optional<std::string>& namespace_name,
            const std::map<std::string, std::optional<std::string>>& targets,
            const py::object& evaluation, const std::optional<at::Tensor>& labels, const std::string& input_layout,
-           bool per_layer, int threads) {
+           bool per_layer, int threads, const py::object& progress) {
             const ::torch::jit::Module float_model = script_module(model);
             const runtime_quantizer quantizer = quantizer_from(targets);
             if (!quantizer.supported_device_types().contains(device_type::mcu))
@@ -331,7 +348,7 @@ PYBIND11_MODULE(versatil, m) {
             }
             const quantize_data data = data_from(float_model, calibration, evaluation, labels);
             quantization_result result =
-                run_pipeline(float_model, quantizer, data, {per_layer, threads, {}, {}}, {});
+                run_pipeline(float_model, quantizer, data, {per_layer, threads, {}, {}, progress}, {});
             {
                 const py::gil_scoped_release released;
                 const firmware_export exported = export_firmware(
@@ -347,7 +364,7 @@ PYBIND11_MODULE(versatil, m) {
         py::arg("model"), py::arg("calibration"), py::arg("path"), py::kw_only(), py::arg("namespace") = py::none(),
         py::arg("targets") = std::map<std::string, std::optional<std::string>>{{"", "cortex_m"}},
         py::arg("evaluation") = py::none(), py::arg("labels") = py::none(), py::arg("input_layout") = "chw",
-        py::arg("per_layer") = true, py::arg("threads") = 1,
+        py::arg("per_layer") = true, py::arg("threads") = 1, py::arg("progress") = py::none(),
         "Quantizes for cortex_m and writes the C++ header for the firmware runtime; returns (quantized, report).");
 
     m.def(

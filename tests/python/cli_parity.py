@@ -8,6 +8,7 @@ same bits again. The truth here is the CLI's run, which this module's code did n
 
   cli_parity.py VERSATIL_QUANTIZE RUN_QUANTIZED"""
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,70 @@ def outputs(module, inputs, engine):
     return [result] if isinstance(result, torch.Tensor) else list(result)
 
 
+def tiny_cnn():
+    torch.manual_seed(0)
+    return torch.jit.script(torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 10 * 10, 10)).eval())
+
+
+def differing_fields(cli_report, report):
+    return sorted(k for k in cli_report.keys() | report.keys()
+                  if k not in TIMINGS | PROVENANCE and cli_report.get(k) != report.get(k))
+
+
+def check_qat(cli, d, failures):
+    """train_qat against the CLI's QAT on one data file: a few steps, the same options the CLI has. The
+    training batch is left at its default (64) on both sides: the CLI's --batch also sets the latency
+    batch, which train_qat's batch_size does not."""
+    torch.manual_seed(1)
+    samples = torch.randn(128, 1, 12, 12)
+    labels = torch.randint(0, 10, (128,))
+    test, test_labels = torch.randn(32, 1, 12, 12), torch.randint(0, 10, (32,))
+    model = tiny_cnn()
+    model.save(str(d / "qat.pt"))
+    make_zoo.save_data(d / "qat.data.pt", {"train_inputs": samples, "train_labels": labels, "test": test,
+                                           "test_labels": test_labels})
+    subprocess.run([cli, "--model", d / "qat.pt", "--data", d / "qat.data.pt", "--target", "=xnnpack:qat",
+                    "--steps", "4", "--lr", "1e-3", "--no-per-layer", "--out", d / "qat.cli.pt",
+                    "--report", d / "qat.cli.json"], check=True, stdout=subprocess.DEVNULL)
+    quantized, report = versatil.train_qat(torch.jit.load(str(d / "qat.pt")), samples, labels, evaluation=test,
+                                           labels=test_labels, steps=4, learning_rate=1e-3)
+    differing = differing_fields(json.loads((d / "qat.cli.json").read_text()), report)
+    if differing:
+        failures.append(f"train_qat: report fields differ from the CLI's: {differing}")
+    engine = report["engine"]
+    if not torch.equal(outputs(quantized, test, engine)[0],
+                       outputs(versatil.load(str(d / "qat.cli.pt")), test, engine)[0]):
+        failures.append("train_qat: the trained model's outputs are not the CLI's, bit for bit")
+    print(f"train_qat: {report['qat_steps']} steps, final loss {report['qat_final_loss']:.4f}, "
+          f"SQNR {report['sqnr_db']:.2f} dB, "
+          "the CLI's figures and bits", flush=True)
+
+
+def check_export(cli, d, failures):
+    """export_firmware against the CLI's --export of the same model and data: the same header, byte for
+    byte (the header records no provenance), and one the host compiler compiles."""
+    torch.manual_seed(2)
+    calibration, test = torch.randn(64, 1, 12, 12), torch.randn(32, 1, 12, 12)
+    tiny_cnn().save(str(d / "fw.pt"))
+    make_zoo.save_data(d / "fw.data.pt", {"calib": calibration, "test": test})
+    subprocess.run([cli, "--model", d / "fw.pt", "--data", d / "fw.data.pt", "--target", "=cortex_m",
+                    "--no-per-layer", "--export", d / "tiny_fw.hpp"], check=True, stdout=subprocess.DEVNULL)
+    (d / "py").mkdir()
+    _, report = versatil.export_firmware(torch.jit.load(str(d / "fw.pt")), calibration, str(d / "py" / "tiny_fw.hpp"),
+                                         evaluation=test, per_layer=False)
+    written, from_cli = (d / "py" / "tiny_fw.hpp").read_bytes(), (d / "tiny_fw.hpp").read_bytes()
+    if written != from_cli:
+        failures.append("export_firmware: the header differs from the CLI's --export of the same model")
+    (d / "use_fw.cpp").write_text('#include "tiny_fw.hpp"\nint main() { return 0; }\n')
+    include = Path(__file__).resolve().parent.parent.parent / "include"
+    compiled = subprocess.run([os.environ.get("CXX", "c++"), "-std=c++20", "-fsyntax-only", "-I", include,
+                               "-I", d / "py", d / "use_fw.cpp"], capture_output=True, text=True)
+    if compiled.returncode != 0:
+        failures.append(f"export_firmware: the header does not compile: {compiled.stderr[:400]}")
+    print(f"export_firmware: {len(written)} bytes, the CLI's header, which c++ compiles", flush=True)
+
+
 def main():
     cli, runner = sys.argv[1], sys.argv[2]
     failures = []
@@ -65,8 +130,7 @@ def main():
                                                   targets={"": spec}, evaluation=test)
             if not isinstance(report, dict) or "output SQNR" not in str(report):
                 failures.append(f"{case}: the report is not a dict with the CLI's table as str()")
-            differing = sorted(k for k in cli_report.keys() | report.keys()
-                               if k not in TIMINGS | PROVENANCE and cli_report.get(k) != report.get(k))
+            differing = differing_fields(cli_report, report)
             if differing:
                 failures.append(f"{case}: report fields differ from the CLI's: "
                                 + "; ".join(f"{k}: {report.get(k)} != {cli_report.get(k)}" for k in differing))
@@ -87,6 +151,8 @@ def main():
                 failures.append(f"{case}: the Python-quantized model runs differently in C++")
             print(f"{case}: SQNR {report['sqnr_db']:.2f} dB, {report['quantized_ops']}/{report['quantizable_ops']} "
                   f"ops, the CLI's figures and bits", flush=True)
+        check_qat(cli, d, failures)
+        check_export(cli, d, failures)
     for failure in failures:
         print("FAIL:", failure)
     return 1 if failures else 0

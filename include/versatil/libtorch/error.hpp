@@ -31,6 +31,7 @@ enum class error_kind {
     machine_fault,             // the machine, not the input: out of memory, a process killed
     distributed_failure,       // another process of the world never joined, died or stopped answering
     accuracy_target_unmet,     // --min-sqnr / --max-accuracy-drop not reached even with all layers but one in float
+    cancelled,                 // the caller asked the run to stop (Ctrl-C in Python); nothing was written
 };
 
 constexpr std::string_view to_string(error_kind kind) noexcept {
@@ -52,6 +53,7 @@ constexpr std::string_view to_string(error_kind kind) noexcept {
         case error_kind::machine_fault: return "machine_fault";
         case error_kind::distributed_failure: return "distributed_failure";
         case error_kind::accuracy_target_unmet: return "accuracy_target_unmet";
+        case error_kind::cancelled: return "cancelled";
     }
     return "unknown";
 }
