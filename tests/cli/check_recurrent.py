@@ -5,7 +5,9 @@ two directions, batch_first or not, quantized with `=xnnpack:dynamic` (QNNPACK) 
 `=x86_inductor:dynamic` (oneDNN); the saved model loaded in Python must give the very outputs of
 quantize_dynamic given the backend's weight observer, and the report must count the recurrent
 layers. Layers LibTorch cannot quantize (an LSTM projection, nn.RNN, no bias) stay float and the
-report says why. Usage: check_recurrent.py VERSATIL_QUANTIZE"""
+report says why. Usage: check_recurrent.py VERSATIL_QUANTIZE [ENGINE]: with ENGINE (qnnpack or
+onednn), only that engine's backend; the sanitizer build runs one, since both go through the
+same versatil code and differ only in LibTorch's kernels."""
 import json
 import subprocess
 import sys
@@ -54,6 +56,10 @@ MODELS = {
 # The backends' dynamic weights: per-channel symmetric int8, -127..127 for xnnpack (its
 # xnnpack_config.hpp), -128..127 for x86_inductor (x86_inductor_config.hpp).
 BACKENDS = {"xnnpack:dynamic": ("qnnpack", -127), "x86_inductor:dynamic": ("onednn", -128)}
+if len(sys.argv) > 2:
+    BACKENDS = {target: backend for target, backend in BACKENDS.items() if backend[0] == sys.argv[2]}
+    if not BACKENDS:
+        sys.exit(f"check_recurrent: unknown engine {sys.argv[2]!r} (qnnpack or onednn)")
 
 
 def sample(name, batch_first_shape):
