@@ -17,13 +17,15 @@
 
 namespace versatil::libtorch {
 
-// Whether `node` sits in the body of a prim::Loop, at any depth.
-inline bool inside_loop(const ::torch::jit::Node* node) {
+// Whether `node` sits in a block of a node of `kind` (prim::Loop, prim::If), at any depth.
+inline bool inside_node_of_kind(const ::torch::jit::Node* node, c10::Symbol kind) {
     for (const ::torch::jit::Block* block = node->owningBlock(); block && block->owningNode();
          block = block->owningNode()->owningBlock())
-        if (block->owningNode()->kind() == c10::prim::Loop) return true;
+        if (block->owningNode()->kind() == kind) return true;
     return false;
 }
+
+inline bool inside_loop(const ::torch::jit::Node* node) { return inside_node_of_kind(node, c10::prim::Loop); }
 
 // The module paths of the conv and linear layers `model`'s forward calls in a loop body. Layers
 // of the model's own forward (path "") are not listed: giving the model itself no QConfig would
