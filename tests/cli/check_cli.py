@@ -173,6 +173,79 @@ def check_traced_like_scripted(d):
         failures.append(f"a traced model is reported otherwise than its scripted copy: {seen}")
 
 
+def check_float_layers_named(d):
+    """Every conv/linear layer left float is named with why (text and JSON), and a warning says when
+    most of the model stays float: a layer called in a loop (which LibTorch's observer insertion does
+    not enter, and used to crash on), and a layer the user excluded."""
+    (d / "make_float.py").write_text(
+        "import sys, torch\nfrom torch import nn\n"
+        "class Looped(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.stem, self.body, self.head = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 4)\n"
+        "    def forward(self, x):\n"
+        "        x = torch.relu(self.stem(x))\n"
+        "        for _ in range(3):\n"
+        "            x = torch.relu(self.body(x))\n"
+        "        return self.head(x)\n"
+        "class Plain(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b, self.c = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 4)\n"
+        "    def forward(self, x): return self.c(torch.relu(self.b(torch.relu(self.a(x)))))\n"
+        "torch.manual_seed(0)\n"
+        "torch.jit.save(torch.jit.script(Looped().eval()), sys.argv[1] + '/looped.pt')\n"
+        "torch.jit.save(torch.jit.script(Plain().eval()), sys.argv[1] + '/plain.pt')\n"
+        "torch.save({'calib': torch.randn(32, 16), 'test': torch.randn(16, 16)}, sys.argv[1] + '/vec_data.pt')\n")
+    subprocess.run(["/usr/bin/python3", d / "make_float.py", d], check=True, timeout=300)
+    # Counted by hand from the models: the loop runs body 3 times, so 5 linear calls of which
+    # stem and head are quantized (2 of 5: most stay float); Plain quantizes a and c (2 of 3).
+    cases = [("looped", [], "body", "prim::Loop", (2, 5), True),
+             ("plain", ["--target", "b=none"], "b", "excluded by the targets", (2, 3), False)]
+    for name, extra, layer, reason, counts, warned in cases:
+        table = run("--model", d / f"{name}.pt", "--data", d / "vec_data.pt", "--target", "=xnnpack", *extra,
+                    "--no-per-layer", "--report", d / f"{name}.json", expect_text=f"float (aten::linear): ")
+        if not (d / f"{name}.json").exists():
+            continue
+        report = json.loads((d / f"{name}.json").read_text())
+        named = [(f["name"], reason in f["reason"]) for f in report["float_layers"]]
+        has_warning = any("most of the model stays float" in w for w in report["warnings"])
+        if named != [(layer, True)] or (report["quantized_ops"], report["quantizable_ops"]) != counts or \
+                has_warning != warned or ("warning: most of the model stays float" in table) != warned:
+            failures.append(f"{name}: float layers {report['float_layers']}, ops {report['quantized_ops']} of "
+                            f"{report['quantizable_ops']}, warnings {report['warnings']}\n{table}")
+
+
+def check_libtorch_warnings_folded(d):
+    """LibTorch's repeated warnings are folded into the report: a model whose forward resizes a
+    one-element out= tensor makes LibTorch warn on every call (calibration, evaluation, timing),
+    and each distinct text comes once, as "LibTorch warned N times: ...", never as a flood."""
+    (d / "make_warns.py").write_text(
+        "import sys, torch\nfrom torch import nn\n"
+        "class Warns(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(16, 4)\n"
+        "    def forward(self, x):\n"
+        "        y = torch.empty([1])\n"
+        "        torch.abs(self.fc(x), out=y)\n"
+        "        return y\n"
+        "torch.jit.save(torch.jit.script(Warns().eval()), sys.argv[1] + '/warns.pt')\n")
+    subprocess.run(["/usr/bin/python3", d / "make_warns.py", d], check=True, timeout=300)
+    output = run("--model", d / "warns.pt", "--data", d / "vec_data.pt", "--target", "=xnnpack", "--no-per-layer",
+                 "--report", d / "warns.json", expect_text="LibTorch warned ")
+    if not (d / "warns.json").exists():
+        return
+    warnings = json.loads((d / "warns.json").read_text())["libtorch_warnings"]
+    resized = [w for w in warnings if "was resized" in w["text"]]
+    flooded = [line for line in output.splitlines() if "was resized" in line and not line.startswith("LibTorch warned")]
+    # Calibration alone runs the forward on the 32 calibration samples, so the model warns more
+    # than once; every text is listed once.
+    if not resized or sum(w["count"] for w in resized) < 2 or flooded or \
+            len({w["text"] for w in warnings}) != len(warnings):
+        failures.append(f"LibTorch's warnings not folded: {warnings}, {len(flooded)} raw lines")
+
+
 # --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
 # backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
 version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
@@ -402,6 +475,8 @@ with tempfile.TemporaryDirectory() as scratch:
     check_torch_save_data(d, model, data)
     check_report_provenance(d, model, data)
     check_traced_like_scripted(d)
+    check_float_layers_named(d)
+    check_libtorch_warnings_folded(d)
     if digest(model) != model_digest or digest(data) != data_digest:
         failures.append("an input file changed")
     leftovers = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name == "no-such-dir"]

@@ -25,7 +25,9 @@ import versatil  # noqa: E402
 # and dynamic. Small, so the whole check takes seconds.
 CASES = [("encoder", "xnnpack"), ("two_inputs", "xnnpack"), ("encoder", "x86_inductor:dynamic")]
 # Wall-clock figures: measured anew by each run.
-TIMINGS = {"float_ms", "quantized_ms", "speedup", "quantize_seconds", "qat_seconds"}
+# LibTorch's warning counts follow the number of timed runs, which the clock decides.
+TIMINGS = {"float_ms", "quantized_ms", "float_ms_p10", "float_ms_p90", "quantized_ms_p10", "quantized_ms_p90",
+           "latency_runs", "latency_unsteady", "libtorch_warnings", "speedup", "quantize_seconds", "qat_seconds"}
 # How the run was asked for, which only the CLI knows: its command line and the model file it read.
 PROVENANCE = {"command_line", "model_path"}
 

@@ -64,3 +64,33 @@ TEST_CASE("compare_outputs over several outputs: each on its own, then all value
     CHECK(all.overall.max_abs_diff == 1.0);
     CHECK(all.overall.mean_abs_diff == doctest::Approx(2.5 / 6.0).epsilon(1e-12));  // (1 + 1.5) over 6 values
 }
+
+TEST_CASE("spread_of: p10 / median / p90 of timed runs, interpolated as numpy.percentile does, worked by hand") {
+    using versatil::libtorch::spread_of;
+    // Ten runs 1..10 ms given unsorted: rank p * (10 - 1) between sorted runs, so p10 at rank 0.9
+    // is 1 + 0.9 * (2 - 1) = 1.9, the median at rank 4.5 is 5.5, p90 at rank 8.1 is 9.1; 9.1 / 1.9
+    // is 4.8x, runs that disagree.
+    const auto ten = spread_of({10.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0});
+    CHECK(ten.p10_ms == doctest::Approx(1.9));
+    CHECK(ten.median_ms == doctest::Approx(5.5));
+    CHECK(ten.p90_ms == doctest::Approx(9.1));
+    CHECK(ten.runs == 10);
+    CHECK(ten.unsteady());
+    // Two runs 2 and 3 ms: p10 2.1, median 2.5, p90 2.9; 2.9 / 2.1 = 1.38x, steady.
+    const auto two = spread_of({3.0, 2.0});
+    CHECK(two.p10_ms == doctest::Approx(2.1));
+    CHECK(two.median_ms == doctest::Approx(2.5));
+    CHECK(two.p90_ms == doctest::Approx(2.9));
+    CHECK_FALSE(two.unsteady());
+    // Exactly 2x is not more than 2x: runs 1, 1, 2, 2, 2, 2, 2, 2, 2, 2 have p10 at rank 0.9 = 1
+    // and p90 at rank 8.1 = 2.
+    const auto twice = spread_of({1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0});
+    CHECK(twice.p10_ms == doctest::Approx(1.0));
+    CHECK(twice.p90_ms == doctest::Approx(2.0));
+    CHECK_FALSE(twice.unsteady());
+    // One run is every percentile; none is no figure and no warning.
+    const auto one = spread_of({4.0});
+    CHECK((one.p10_ms == 4.0 && one.median_ms == 4.0 && one.p90_ms == 4.0));
+    CHECK_FALSE(spread_of({}).unsteady());
+    CHECK(spread_of({}).runs == 0);
+}

@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "versatil/libtorch/analysis/float_layers.hpp"
 #include "versatil/libtorch/analysis/layer_switches.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/analysis/sensitivity.hpp"
@@ -215,6 +216,11 @@ inline quantization_report build_report(const ::torch::jit::Module& model, const
         count_ops(executed_ops(specialized, evaluation.front()), counted_op_test(quantizer.is_dynamic()));
     report.quantized_ops = count_ops(
         on_lowered([&](const ::torch::jit::Module& copy) { return executed_ops(copy, evaluation.front()); }), is_quantized_op);
+    report.float_layers = float_layers(lowered, report.adjustments);
+    if (mostly_float(report.quantized_ops, report.quantizable_ops))
+        report.warnings.push_back("most of the model stays float: " + std::to_string(report.quantized_ops) + " of " +
+                                  std::to_string(report.quantizable_ops) + " " + report.quantizable_kind +
+                                  " op calls quantized (each float layer and why is listed in the report)");
     report.evaluation_samples = samples_in(evaluation);
     const outputs_comparison comparison = compare_outputs(reference, quantized);
     report.max_abs_diff = comparison.overall.max_abs_diff;
@@ -229,8 +235,11 @@ inline quantization_report build_report(const ::torch::jit::Module& model, const
     report.batch_size = options.batch_size;
     report.threads = options.threads;
     const batch timing = detail::timing_batch(evaluation, options.batch_size);
-    report.float_ms = median_latency_ms(float_model, timing);
-    report.quantized_ms = on_lowered([&](const ::torch::jit::Module& copy) { return median_latency_ms(copy, timing); });
+    report.float_latency = spread_of(timed_runs_ms(float_model, timing));
+    report.quantized_latency =
+        on_lowered([&](const ::torch::jit::Module& copy) { return spread_of(timed_runs_ms(copy, timing)); });
+    report.float_ms = report.float_latency.median_ms;
+    report.quantized_ms = report.quantized_latency.median_ms;
 
     // Per-layer analysis: static targets quantize each layer alone in the converted model of the
     // one calibration (sensitivity.hpp); dynamic ones in the direct path's model, whose weights
@@ -268,8 +277,10 @@ struct quantization_run {
 inline quantization_run quantize_run(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
                                      const quantize_data& data, const quantize_options& options) {
     const std::lock_guard serialized(libtorch_state_mutex());
+    const warning_capture warnings;
     stage_results done = run_sequence(model, plan_for(quantizer), data, options);
     quantization_report report = build_report(model, *done.lowered, done, options);
+    report.libtorch_warnings = warnings.folded();
     lowered_model lowered = std::move(*done.lowered);
     done.lowered.reset();
     return {{std::move(lowered), std::move(report)}, std::move(done)};
@@ -295,13 +306,16 @@ quantization_result quantize(const ::torch::jit::Module& model, Quantizer<Target
 inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
                                    const quantize_data& data, const quantize_options& options = {}) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
+    const warning_capture warnings;
     const runtime_quantizer& quantizer = lowered.plan.quantizer;
     const quantize_options own{.threads = options.threads, .progress = false};  // no hook: no other process joins
     const bool converts = options.per_layer && !quantizer.is_qat() && !quantizer.is_dynamic();
     detail::stage_results done = detail::run_sequence(
         model, lowered.plan, data, own, converts ? detail::run_until::converted : detail::run_until::conformed);
     done.seconds = 0.0;  // measure() quantizes nothing
-    return detail::build_report(model, lowered, done, options);
+    quantization_report report = detail::build_report(model, lowered, done, options);
+    report.libtorch_warnings = warnings.folded();
+    return report;
 }
 
 }  // namespace versatil::libtorch

@@ -16,6 +16,7 @@
 #include "versatil/libtorch/plan/config_json.hpp"
 #include "versatil/version.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
+#include "versatil/libtorch/torchscript/warning_capture.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
 
 namespace versatil::libtorch {
@@ -34,6 +35,13 @@ struct target_report {
 struct layer_sqnr {
     std::string name;
     double sqnr_db = 0.0;
+};
+
+// A conv or linear layer that runs in float in the quantized model, and why (float_layers.hpp).
+struct float_layer {
+    std::string name;  // module path; "(model)" for an op of the model's own forward
+    std::string op;    // aten::conv2d, aten::linear, ...
+    std::string reason;
 };
 
 // One step towards an accuracy target (accuracy_target.hpp): the layers kept in float so far
@@ -76,6 +84,11 @@ struct quantization_report {
     std::int64_t quantized_ops = 0;
     std::int64_t quantizable_ops = 0;          // of quantizable_kind, at every call site
     std::string quantizable_kind = "conv/linear";  // "linear" for dynamic quantization
+    std::vector<float_layer> float_layers;         // conv/linear layers left float, each with why
+    // What a reader should not miss, such as most layers float (latency runs that disagree are
+    // warned of from the spreads, which differ run to run).
+    std::vector<std::string> warnings;
+    std::vector<libtorch_warning> libtorch_warnings;  // what LibTorch warned while quantizing, folded
 
     std::int64_t evaluation_samples = 0;
     bool held_out = false;  // evaluated on data that calibration did not see
@@ -91,8 +104,10 @@ struct quantization_report {
 
     std::int64_t batch_size = 1;
     int threads = 1;
-    double float_ms = 0.0;
+    double float_ms = 0.0;      // medians of the timed runs
     double quantized_ms = 0.0;
+    latency_spread float_latency{};  // p10 / median / p90 of the same runs
+    latency_spread quantized_latency{};
 
     double quantize_seconds = 0.0;  // prepare + calibrate (or QAT training) + convert + lower
     std::optional<std::int64_t> qat_steps;  // QAT: training steps, their time and final loss
@@ -146,6 +161,12 @@ inline nlohmann::json to_json(const quantization_report& report) {
                            {"sqnr_db", detail::finite_or_null(output.sqnr_db)},
                            {"max_abs_diff", output.max_abs_diff},
                            {"mean_abs_diff", output.mean_abs_diff}});
+    nlohmann::json float_layers = nlohmann::json::array();
+    for (const float_layer& layer : report.float_layers)
+        float_layers.push_back({{"name", layer.name}, {"op", layer.op}, {"reason", layer.reason}});
+    nlohmann::json libtorch_warnings = nlohmann::json::array();
+    for (const libtorch_warning& warning : report.libtorch_warnings)
+        libtorch_warnings.push_back({{"text", warning.text}, {"count", warning.count}});
     nlohmann::json per_layer = nlohmann::json::array();
     for (const layer_sqnr& layer : report.per_layer)
         per_layer.push_back({{"name", layer.name}, {"sqnr_db", detail::finite_or_null(layer.sqnr_db)}});
@@ -176,6 +197,9 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"quantized_ops", report.quantized_ops},
         {"quantizable_ops", report.quantizable_ops},
         {"quantizable_kind", report.quantizable_kind},
+        {"float_layers", float_layers},
+        {"warnings", report.warnings},
+        {"libtorch_warnings", libtorch_warnings},
         {"evaluation_samples", report.evaluation_samples},
         {"held_out", report.held_out},
         {"max_abs_diff", report.max_abs_diff},
@@ -191,6 +215,12 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"threads", report.threads},
         {"float_ms", report.float_ms},
         {"quantized_ms", report.quantized_ms},
+        {"float_ms_p10", report.float_latency.p10_ms},
+        {"float_ms_p90", report.float_latency.p90_ms},
+        {"quantized_ms_p10", report.quantized_latency.p10_ms},
+        {"quantized_ms_p90", report.quantized_latency.p90_ms},
+        {"latency_runs", {report.float_latency.runs, report.quantized_latency.runs}},
+        {"latency_unsteady", report.float_latency.unsteady() || report.quantized_latency.unsteady()},
         {"speedup", report.speedup()},
         {"quantize_seconds", report.quantize_seconds},
         {"qat_steps", detail::value_or_null(report.qat_steps)},
@@ -232,6 +262,8 @@ inline std::string format_table(const quantization_report& report) {
     text += "result (" + report.engine + " engine)\n";
     row("quantized ops", std::to_string(report.quantized_ops) + " of " + std::to_string(report.quantizable_ops) + " " +
                              report.quantizable_kind);
+    for (const float_layer& layer : report.float_layers)
+        row(("  " + layer.name).c_str(), "float (" + layer.op + "): " + layer.reason);
     const std::string data = std::to_string(report.evaluation_samples) + " samples" +
                              (report.held_out ? ", held out" : ", calibration data (no held-out set given)");
     row("output SQNR", sqnr(report.sqnr_db) + " (" + data + ")");
@@ -248,6 +280,11 @@ inline std::string format_table(const quantization_report& report) {
     row("latency", number("%.3f ms", report.float_ms) + " -> " + number("%.3f ms", report.quantized_ms) + " (" +
                        number("%.2fx", report.speedup()) + ", batch " + std::to_string(report.batch_size) + ", " +
                        std::to_string(report.threads) + " thread" + (report.threads == 1 ? "" : "s") + ")");
+    const auto spread = [&](const latency_spread& runs) {
+        return number("%.3f", runs.p10_ms) + " / " + number("%.3f", runs.median_ms) + " / " +
+               number("%.3f ms", runs.p90_ms) + " (" + std::to_string(runs.runs) + " runs)";
+    };
+    row("  p10 / median / p90", "float " + spread(report.float_latency) + ", int8 " + spread(report.quantized_latency));
     row("quantize time", number("%.3f s", report.quantize_seconds));
     if (report.world_size > 1) {
         std::string samples;
@@ -284,6 +321,17 @@ inline std::string format_table(const quantization_report& report) {
                 measured + (step.met ? " (met)" : "") + ": " + kept);
         }
     }
+    for (const std::string& warning : report.warnings) text += "warning: " + warning + "\n";
+    for (const libtorch_warning& warning : report.libtorch_warnings)
+        text += "LibTorch warned " +
+                (warning.count == 1 ? std::string("once") : std::to_string(warning.count) + " times") + ": " +
+                warning.text + "\n";
+    for (const auto& [side, runs] :
+         {std::pair{"float", &report.float_latency}, std::pair{"int8", &report.quantized_latency}})
+        if (runs->unsteady())
+            text += std::string("warning: the ") + side + " model's timed runs disagree by more than 2x (p90 " +
+                    number("%.3f ms", runs->p90_ms) + ", p10 " + number("%.3f ms", runs->p10_ms) +
+                    "): its latency is this machine's noise as much as the model's; measure again on a quiet machine\n";
     if (!report.per_layer.empty()) {
         text += "per layer (output SQNR with only that layer quantized, worst first; " +
                 std::to_string(report.per_layer_samples) + " samples)\n";

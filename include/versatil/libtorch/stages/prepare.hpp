@@ -13,6 +13,7 @@
 #include <torch/script.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "versatil/libtorch/passes/fold_batch_norm.hpp"
 #include "versatil/libtorch/passes/inference_graph.hpp"
 #include "versatil/libtorch/passes/leaf_calls.hpp"
+#include "versatil/libtorch/passes/loop_layers.hpp"
 #include "versatil/libtorch/plan/backend_lowering.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/libtorch/torchscript/module_tree.hpp"
@@ -36,7 +38,8 @@ namespace detail {
 
 // The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
 // subtree gets its QConfig, an exclude's none, everything outside every target none; linear
-// layers of a target whose engine runs them per-tensor only get that QConfig.
+// layers of a target whose engine runs them per-tensor only get that QConfig; layers called in a
+// loop none (passes/loop_layers.hpp).
 inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const quantization_plan& plan,
                                               std::vector<adjustment>& adjustments) {
     ::torch::jit::QConfigDict dict;
@@ -44,12 +47,19 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
     for (const target_info& target : plan.quantizer.target_infos())
         dict[std::string(target.path)] =
             target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.targets.find(target.path)->second.standard;
+    const std::set<std::string> in_loops = layers_called_in_loops(model);
     for (const auto& item : model.named_modules()) {
         const target_plan* target = plan.target_for(item.name);
-        if (!target || !target->per_tensor_linear || !calls_op(item.value, is_linear_op)) continue;
+        if (!target || in_loops.contains(item.name) || !target->per_tensor_linear || !calls_op(item.value, is_linear_op))
+            continue;
         dict[item.name] = *target->per_tensor_linear;
         adjustments.push_back({item.name, "per-tensor symmetric weights: " +
                                               std::string(target->lowering->per_tensor_linear_only_because)});
+    }
+    for (const std::string& path : in_loops) {
+        if (!plan.target_for(path)) continue;  // float already
+        dict[path] = c10::nullopt;
+        adjustments.push_back({path, float_in_loop_reason});
     }
     return dict;
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
@@ -100,10 +101,34 @@ inline std::int64_t serialized_bytes(const ::torch::jit::Module& model) {
     return static_cast<std::int64_t>(stream.tellp());
 }
 
-// Median wall time of one forward, in milliseconds: `warmup` runs first, then at least
-// `min_runs` runs and at least `min_seconds` in all.
-inline double median_latency_ms(const ::torch::jit::Module& model, const batch& input, int warmup = 5,
-                                int min_runs = 20, double min_seconds = 0.25) {
+// The spread of timed runs: the 10th, 50th and 90th percentiles, each interpolated linearly
+// between the two nearest sorted runs (numpy.percentile's default), so that one slow or fast
+// outlier in a few dozen runs does not move p10 or p90 alone.
+struct latency_spread {
+    double p10_ms = 0.0;
+    double median_ms = 0.0;
+    double p90_ms = 0.0;
+    std::int64_t runs = 0;
+    // Runs that disagree by more than 2x (p90 over p10): the figure is the machine's noise, not the model's.
+    bool unsteady() const { return p10_ms > 0.0 && p90_ms / p10_ms > 2.0; }
+};
+
+inline latency_spread spread_of(std::vector<double> times_ms) {
+    if (times_ms.empty()) return {};
+    std::sort(times_ms.begin(), times_ms.end());
+    const auto percentile = [&](double p) {
+        const double rank = p * static_cast<double>(times_ms.size() - 1);
+        const auto below = static_cast<std::size_t>(rank);
+        const std::size_t above = std::min(below + 1, times_ms.size() - 1);
+        return times_ms[below] + (rank - static_cast<double>(below)) * (times_ms[above] - times_ms[below]);
+    };
+    return {percentile(0.1), percentile(0.5), percentile(0.9), static_cast<std::int64_t>(times_ms.size())};
+}
+
+// Wall times of one forward, in milliseconds: `warmup` runs first, then at least `min_runs` runs
+// and at least `min_seconds` in all (at most 2000).
+inline std::vector<double> timed_runs_ms(const ::torch::jit::Module& model, const batch& input, int warmup = 5,
+                                         int min_runs = 20, double min_seconds = 0.25) {
     const ::torch::NoGradGuard no_grad;
     ::torch::jit::Module module = model;
     const std::vector<c10::IValue> arguments = input.arguments();
@@ -117,6 +142,13 @@ inline double median_latency_ms(const ::torch::jit::Module& model, const batch& 
         times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
         if (times.size() >= 2000) break;
     }
+    return times;
+}
+
+// Median wall time of one forward, in milliseconds (timed_runs_ms; the upper median).
+inline double median_latency_ms(const ::torch::jit::Module& model, const batch& input, int warmup = 5,
+                                int min_runs = 20, double min_seconds = 0.25) {
+    std::vector<double> times = timed_runs_ms(model, input, warmup, min_runs, min_seconds);
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
     return times[times.size() / 2];
 }
