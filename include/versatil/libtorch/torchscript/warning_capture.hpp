@@ -19,10 +19,10 @@ struct libtorch_warning {
     std::int64_t count = 0;
 };
 
-// While alive, LibTorch's warnings come here rather than to the handler before it, which it
-// restores when it ends (by return or by exception). LibTorch's handler is process-wide: two
-// captures at once would restore each other's handler out of order, so quantizations, which
-// take turns (engine.hpp), each hold one at most.
+// While alive, the calling thread's LibTorch warnings come here rather than to the handler before
+// it, which it restores when it ends (by return or by exception). LibTorch 1.13 keeps the handler
+// per thread (set_warning_handler writes a thread_local): a warning raised on one of its intra-op
+// threads still goes to stderr. Captures on one thread must nest, as scopes do.
 class warning_capture : public c10::WarningHandler {
   public:
     warning_capture() : previous_(c10::Warning::get_warning_handler()) { c10::Warning::set_warning_handler(this); }
@@ -30,7 +30,7 @@ class warning_capture : public c10::WarningHandler {
     warning_capture(const warning_capture&) = delete;
     warning_capture& operator=(const warning_capture&) = delete;
 
-    // LibTorch's hook: ops running on its intra-op threads may warn at once.
+    // LibTorch's hook. The lock is for a caller that installs one capture on several threads.
     void process(const c10::SourceLocation&, const std::string& message, bool) override {
         const std::lock_guard lock(mutex_);
         if (++counts_[message] == 1) order_.push_back(message);
