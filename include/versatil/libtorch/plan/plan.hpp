@@ -62,6 +62,7 @@ struct quantization_plan {
     device_set devices{};  // where LibTorch runs the model: its backends' devices, or where it evaluates them
     ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
     std::map<std::string, target_plan, std::less<>> targets{};  // by target path; none for an exclude
+    bool keeps_float_model = false;  // for the steps that read prepare's float model (GPTQ, bias correction)
 
     // The plan of the target that quantizes `path`; none outside every target or in an exclude.
     [[nodiscard]] const target_plan* target_for(std::string_view path) const {
@@ -82,7 +83,8 @@ namespace detail {
 inline quantization_spec per_tensor_weights(quantization_spec weight) {
     weight.qscheme = qscheme::per_tensor_symmetric;
     weight.ch_axis = no_channel_axis;
-    weight.observer = is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
+    weight.observer =
+        is_moving_average(weight.observer) ? observer_kind::moving_average_min_max : observer_kind::min_max;
     return weight;
 }
 
@@ -114,13 +116,14 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
                             engine_name(plan.engine) + ", " + engine_name(lowering.engine) +
                             "); LibTorch runs one engine per process, so quantize the model with one backend");
         const quantization_config& config = q.config();
-        const quantization_spec activation = lowering.int8_activations_as_quint8 && config.input_activation->dtype == dtype::int8
-                                                 ? detail::as_quint8(*config.input_activation)
-                                                 : *config.input_activation;
+        const quantization_spec& asked = *config.input_activation;
+        const quantization_spec activation =
+            lowering.int8_activations_as_quint8 && asked.dtype == dtype::int8 ? detail::as_quint8(asked) : asked;
         const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(activation),
                                              observing_parameters(make_observer_or_fake_quantize(*config.weight))};
         std::optional<::torch::jit::QConfig> per_tensor_linear;
-        if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() && is_per_channel(config.weight->qscheme))
+        if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() &&
+            is_per_channel(config.weight->qscheme))
             per_tensor_linear = ::torch::jit::QConfig{
                 std::get<0>(standard),
                 observing_parameters(make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight)))};
@@ -128,6 +131,7 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
                              target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
                                          config.cross_layer_equalization, config.gptq, config.bias_correction,
                                          q.is_dynamic(), q.is_qat()});
+        plan.keeps_float_model = plan.keeps_float_model || config.gptq || config.bias_correction;
     }
     return plan;
 }

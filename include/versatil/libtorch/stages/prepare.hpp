@@ -4,8 +4,8 @@
 // leaf modules inlined first, leaf_calls.hpp), configured per module path from the plan
 // (plan.hpp): each target's subtree gets its backend's QConfig, an Exclude's subtree none,
 // everything outside every target none. Targets with the cle option
-// have their layer chains equalized between the two (equalize.hpp); where a target corrects
-// biases, the float model observed is kept for it (bias_correction.hpp). An observer whose value
+// have their layer chains equalized between the two (equalize.hpp); where the plan says so, the
+// float model observed is kept for the accuracy steps that read it (plan.hpp). An observer whose value
 // only clamps read then sees it clamped (clamped_observation.hpp; convert undoes that).
 #pragma once
 
@@ -45,8 +45,8 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
     ::torch::jit::QConfigDict dict;
     dict[""] = c10::nullopt;  // outside every target: float
     for (const target_info& target : plan.quantizer.target_infos())
-        dict[std::string(target.path)] =
-            target.is_exclude() ? c10::optional<::torch::jit::QConfig>{} : plan.targets.find(target.path)->second.standard;
+        dict[std::string(target.path)] = target.is_exclude() ? c10::optional<::torch::jit::QConfig>{}
+                                                             : plan.targets.find(target.path)->second.standard;
     const std::set<std::string> in_loops = layers_called_in_loops(model);
     for (const auto& item : model.named_modules()) {
         const target_plan* target = plan.target_for(item.name);
@@ -92,10 +92,8 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
         const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
-        // InsertObservers edits `folded` in place: the float model bias correction and GPTQ
-        // measure on is a copy.
-        if (plan.any(&target_plan::corrects_biases) || plan.any(&target_plan::rounds_weights))
-            prepared.float_model = folded.clone();
+        // InsertObservers edits `folded` in place: the float model the plan keeps is a copy.
+        if (plan.keeps_float_model) prepared.float_model = folded.clone();
         // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
         // as they are: what it trains is the model the user wrote.
         if (!quantizer.is_qat()) inline_parameterless_leaf_calls(folded, dict);
@@ -103,7 +101,8 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
             prepared.module = ::torch::jit::InsertObservers(folded, "forward", dict, /*inplace=*/true, plan.quant_type);
         } catch (const std::exception& failure) {
             if (depth != depths.back()) continue;
-            throw error(error_kind::unsupported_model, "LibTorch cannot place observers in this model: " + one_line(failure));
+            throw error(error_kind::unsupported_model,
+                        "LibTorch cannot place observers in this model: " + one_line(failure));
         }
         if (const int clamped = clamp_observed_values(prepared.module); clamped > 0)
             adjustments.push_back({"", std::to_string(clamped) +
