@@ -22,8 +22,8 @@ double output_error(const at::Tensor& weight, const at::Tensor& rounded, const a
 // The least output error of any rounding of `weight` that puts each weight on the level below or
 // above it (clamped to the grid), found by trying all 2^width choices per row: rows are independent,
 // as each row's error is its own output's.
-double brute_force_optimum(const at::Tensor& weight, const at::Tensor& scale, const at::Tensor& inputs, double quant_min,
-                           double quant_max) {
+double brute_force_optimum(const at::Tensor& weight, const at::Tensor& scale, const at::Tensor& inputs,
+                           double quant_min, double quant_max) {
     const std::int64_t rows = weight.size(0), width = weight.size(1), choices = std::int64_t{1} << width;
     // Bit i of choice c says whether weight i goes up: [choices, width].
     const at::Tensor up = at::bitwise_and(at::arange(choices, at::kLong).unsqueeze(1),

@@ -19,6 +19,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
 
 #include "versatil/libtorch/accuracy/gptq.hpp"
 
@@ -39,6 +42,14 @@ struct adaround_options {
     double warm_up = 0.2;
     double regularization = 100.0;
     double beta_start = 20.0, beta_end = 2.0;
+    // Samples H is summed over (whole batches, at least one), as GPTQ's.
+    std::int64_t max_samples = 256;
+    // A step costs a product with H, groups x rows x width^2 multiply-adds (three times that with
+    // the gradient); a layer above this keeps nearest rounding, named in the report, so that a model
+    // takes seconds: resnet18's 512-channel 3x3 convolutions (512 x 4608^2 = 1.1e10) would take about
+    // an hour each. 3e7 is a 128-channel layer of unfolded width 480 (a 3x3 convolution of 53
+    // channels, or a linear layer of 480 inputs).
+    double max_step_cost = 3e7;
 };
 
 namespace detail {
@@ -98,5 +109,46 @@ inline at::Tensor adaround_round(const at::Tensor& weight, const at::Tensor& hes
     const ::torch::NoGradGuard no_grad;
     return on_grid(at::where(detail::soft_rounding(v) >= 0.5, high, low)).to(weight.scalar_type());
 }
+
+// AdaRound on the layers of `reference` (prepare's float model) that `in_scope` selects, in `prepared`
+// (calibrated, not converted), with H from `calibration`.
+template <class InScope>
+rounding_summary adaround_weights(prepared_model& prepared, const ::torch::jit::Module& reference,
+                                  const std::vector<batch>& calibration, InScope&& in_scope,
+                                  const adaround_options& options = {}) {
+    return detail::round_layers(prepared, reference, calibration, in_scope, options.max_samples,
+                                [&](const at::Tensor& matrices, const at::Tensor& hessian, const weight_grid& grid,
+                                    std::string& why_not) -> std::optional<at::Tensor> {
+                                    const double cost = static_cast<double>(matrices.numel()) *
+                                                        static_cast<double>(matrices.size(2));
+                                    if (cost > options.max_step_cost) {
+                                        char reason[200];
+                                        std::snprintf(reason, sizeof reason,
+                                                      "its size (%lld rows of width %lld) makes a step cost %.2g "
+                                                      "multiply-adds, above the bound of %.2g (gptq has none)",
+                                                      static_cast<long long>(matrices.size(0) * matrices.size(1)),
+                                                      static_cast<long long>(matrices.size(2)), cost,
+                                                      options.max_step_cost);
+                                        why_not = reason;
+                                        return std::nullopt;
+                                    }
+                                    return adaround_round(matrices, hessian, grid, options);
+                                });
+}
+
+// The sequence's step for the adaround option (accuracy/steps.hpp): on the calibrated model, before
+// convert; the report notes per target how the layers' output errors moved, and each layer's.
+struct adaround_step {
+    static bool applies(const target_plan& target) { return target.adarounds_weights; }
+    static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
+        const quantization_plan& plan = calibrated.plan;
+        if (!calibrated.float_model) return;
+        const auto in_scope = [&](const std::string& path) {
+            return plan.target_with(path, &target_plan::adarounds_weights).has_value();
+        };
+        detail::note_rounding(calibrated, adaround_weights(calibrated, *calibrated.float_model, calibration, in_scope),
+                              &target_plan::adarounds_weights, "adaround", true);
+    }
+};
 
 }  // namespace versatil::libtorch

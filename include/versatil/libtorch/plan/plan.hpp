@@ -54,6 +54,7 @@ struct target_plan {
     bool rounds_weights = false;   // gptq: rounded between calibrate and convert
     bool corrects_biases = false;  // bias_correction: corrected between convert and lower
     bool dynamic = false, qat = false;
+    bool adarounds_weights = false;  // adaround: rounded between calibrate and convert
 };
 
 struct quantization_plan {
@@ -127,7 +128,7 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
         plan.targets.emplace(std::string(q.module_path),
                              target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
                                          config.cross_layer_equalization, config.gptq, config.bias_correction,
-                                         q.is_dynamic(), q.is_qat()});
+                                         q.is_dynamic(), q.is_qat(), config.adaround});
     }
     return plan;
 }

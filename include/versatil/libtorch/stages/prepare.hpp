@@ -82,9 +82,10 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
         const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
-        // InsertObservers edits `folded` in place: the float model bias correction and GPTQ
-        // measure on is a copy.
-        if (plan.any(&target_plan::corrects_biases) || plan.any(&target_plan::rounds_weights))
+        // InsertObservers edits `folded` in place: the float model bias correction, GPTQ and
+        // AdaRound measure on is a copy.
+        if (plan.any(&target_plan::corrects_biases) || plan.any(&target_plan::rounds_weights) ||
+            plan.any(&target_plan::adarounds_weights))
             prepared.float_model = folded.clone();
         // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
         // as they are: what it trains is the model the user wrote.
