@@ -6,9 +6,10 @@ float model on the held-out samples (the report's sqnr_db), the quantize time, a
 layers each rounding rounded (the rest keep nearest rounding, the report says why).
 
   weight_rounding.py --cli VERSATIL_QUANTIZE --zoo DIR [--only NAMES] [--backends NAMES]
+  weight_rounding.py --render
 
-Writes benchmarks/results/weight_rounding.json (with the command that measured it) and prints
-the table docs/accuracy.md shows."""
+Writes benchmarks/results/weight_rounding.json (with the command that measured it) after each
+row and prints the table docs/accuracy.md shows; --render prints it again from the JSON."""
 import argparse
 import json
 import subprocess
@@ -53,11 +54,17 @@ def run(cli, zoo, entry, backend, rounding, scratch):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cli", required=True)
-    parser.add_argument("--zoo", required=True)
+    parser.add_argument("--cli")
+    parser.add_argument("--zoo")
+    parser.add_argument("--render", action="store_true")
     parser.add_argument("--only", default="")
     parser.add_argument("--backends", default="x86_inductor,xnnpack")
     args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(RESULTS.read_text())["rows"]))
+        return
+    if not args.cli or not args.zoo:
+        parser.error("--cli and --zoo are needed to measure")
     zoo = Path(args.zoo)
     entries = json.loads((zoo / "zoo.json").read_text())
     entries = entries if isinstance(entries, list) else entries["models"]
@@ -73,9 +80,13 @@ def main():
                     row[rounding or "nearest"] = run(args.cli, zoo, entry, backend, rounding, Path(scratch))
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
+                write(rows)  # after each row, so that a run cut short keeps what it measured
+    print(render(rows))
+
+
+def write(rows):
     RESULTS.write_text(json.dumps({"command": " ".join(["benchmarks/weight_rounding.py"] + sys.argv[1:]),
                                    "rows": rows}, indent=1) + "\n")
-    print(render(rows))
 
 
 def render(rows):
