@@ -6,6 +6,7 @@
 
 #include "versatil/libtorch/accuracy/bias_correction.hpp"
 #include "versatil/libtorch/accuracy/equalize.hpp"
+#include "versatil/libtorch/accuracy/adaround.hpp"
 #include "versatil/libtorch/accuracy/gptq.hpp"
 #include "versatil/libtorch/analysis/accuracy_target.hpp"
 #include "versatil/libtorch/analysis/measure.hpp"

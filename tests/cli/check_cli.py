@@ -303,6 +303,13 @@ with tempfile.TemporaryDirectory() as scratch:
     if steps["targets"][0]["options"] != "per_tensor,cle,bias_correction" or "cle: weight ranges equalized" not in changes \
             or "bias correction: " not in changes:
         failures.append(f"cle,bias_correction run: options {steps['targets'][0]['options']!r}, changes: {changes}")
+    # AdaRound: the report says it was used, and each layer's output error before and after.
+    run("--model", model, "--data", data, "--target", "=xnnpack:adaround", "--report", d / "adaround.json",
+        "--no-per-layer", expect_text="xnnpack:adaround")
+    rounded = [a["change"] for a in json.loads((d / "adaround.json").read_text())["adjustments"]]
+    per_layer = [c for c in rounded if c.startswith("adaround: layer output error on the calibration samples")]
+    if not any(" layer(s) rounded on " in c for c in rounded) or not per_layer:
+        failures.append(f"adaround run: changes {rounded}")
     # A calibration method: named in the report, text and JSON.
     run("--model", model, "--data", data, "--target", "=xnnpack:calibration=entropy", "--report",
         d / "entropy.json", "--no-per-layer", expect_text="(calibration: entropy)")
@@ -365,6 +372,8 @@ with tempfile.TemporaryDirectory() as scratch:
         expect_text="options 'calibration' and 'qat' do not combine")
     run("--target", "=xnnpack:dynamic,bias_correction", expect_status=2,
         expect_text="options 'bias_correction' and 'dynamic' do not combine")
+    run("--target", "=x86_inductor:gptq,adaround", expect_status=2,
+        expect_text="options 'adaround' and 'gptq' do not combine")
     run("--target", "features=xnnpack", "--target", "features.0=xnnpack", expect_status=2, expect_text="overlap")
     run("--target", "features..0=xnnpack", expect_status=2, expect_text="invalid module path")
     run("--target", "features.9=xnnpack", expect_status=2, expect_text="'features' has no child '9'")

@@ -17,12 +17,13 @@ std::string parse_error(std::string_view spec) {
 }  // namespace
 
 TEST_CASE("every configured policy is in the catalogue once") {
-    // x86_inductor and xnnpack: six options make 64 subsets. bias_correction and gptq go with
-    // neither dynamic nor qat: the 16 static post-training subsets (the other four options), and
-    // 4 subsets of reduce_range / per_tensor and cle with each of dynamic, qat and both: 28
-    // configurations each; the 16 static ones again with each of the 6 calibration methods.
+    // x86_inductor and xnnpack: seven options make 128 subsets. bias_correction, gptq and adaround
+    // go with neither dynamic nor qat, and adaround not with gptq: the 32 static post-training
+    // subsets of the other five options less the 8 with both gptq and adaround, and 4 subsets of
+    // reduce_range / per_tensor and cle with each of dynamic, qat and both: 36 configurations each;
+    // the 24 static ones again with each of the 6 calibration methods.
     // cortex_m: two options (4 subsets), and its 2 static subsets again with each method.
-    CHECK(builtin_backends.size() == 28 + 28 + 2 * 16 * 6 + 4 + 2 * 6);
+    CHECK(builtin_backends.size() == 36 + 36 + 2 * 24 * 6 + 4 + 2 * 6);
     for (std::size_t i = 0; i < builtin_backends.size(); ++i)
         for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
             CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
@@ -53,6 +54,9 @@ TEST_CASE("a spec names a backend and its options in any order") {
           &descriptor_of<X86Inductor<calibration<calibration_method::minmax>, cle, gptq>>);
     CHECK((*parse_backend_spec("xnnpack:gptq"))->config.gptq);
     CHECK_FALSE((*parse_backend_spec("xnnpack:bias_correction"))->config.gptq);
+    CHECK(*parse_backend_spec("x86_inductor:adaround,cle") == &descriptor_of<X86Inductor<cle, adaround>>);
+    CHECK((*parse_backend_spec("xnnpack:per_tensor,adaround"))->config.adaround);
+    CHECK_FALSE((*parse_backend_spec("xnnpack:gptq"))->config.adaround);
     CHECK_FALSE((*parse_backend_spec("xnnpack:per_tensor"))->config.cross_layer_equalization);
     CHECK(*parse_backend_spec("xnnpack:dynamic,cle") == &descriptor_of<XNNPACK<dynamic, cle>>);
 }
@@ -66,7 +70,7 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
     CHECK(parse_error("cortex_m:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
     CHECK(parse_error("xnnpack:reduce_range") ==
           "unknown option 'reduce_range' for backend 'xnnpack' (xnnpack accepts: dynamic qat per_tensor cle "
-          "bias_correction gptq calibration=METHOD)");
+          "bias_correction gptq adaround calibration=METHOD)");
     CHECK(parse_error("xnnpack:calibration=kl") ==
           "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
           "percentile, entropy, auto)");
@@ -99,6 +103,14 @@ TEST_CASE("gptq with dynamic quantization or QAT is rejected with the rule") {
           "the layers' inputs on calibration data, and dynamic quantization takes none");
     CHECK(parse_error("xnnpack:qat,gptq").starts_with("options 'gptq' and 'qat' do not combine in 'xnnpack:qat,gptq': "
                                                       "quantization-aware training learns its weights"));
+}
+
+TEST_CASE("adaround with gptq, dynamic quantization or QAT is rejected with the rule") {
+    CHECK(parse_error("x86_inductor:gptq,adaround") ==
+          "options 'adaround' and 'gptq' do not combine in 'x86_inductor:gptq,adaround': both choose how the same "
+          "weights are rounded; take one (docs/accuracy.md compares them)");
+    CHECK(parse_error("xnnpack:adaround,dynamic").starts_with("options 'adaround' and 'dynamic' do not combine"));
+    CHECK(parse_error("xnnpack:qat,adaround").starts_with("options 'adaround' and 'qat' do not combine"));
 }
 
 TEST_CASE("cortex_m composes with itself and excludes, and with no CPU backend") {

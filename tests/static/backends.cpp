@@ -175,6 +175,11 @@ static_assert(!options_combine<dynamic, bias_correction> && !options_combine<bia
 // So is gptq (compile_fail/option_gptq_*.cpp).
 static_assert(options_combine<gptq, cle, bias_correction, per_tensor> && !options_combine<gptq, dynamic> &&
               !options_combine<qat, gptq>);
+// And adaround, which chooses the same rounding as gptq (compile_fail/option_adaround_gptq.cpp).
+static_assert(options_combine<adaround, cle, bias_correction, per_tensor> && !options_combine<adaround, gptq> &&
+              !options_combine<adaround, dynamic> && !options_combine<qat, adaround>);
+static_assert(X86Inductor<adaround>::config.adaround && !X86Inductor<adaround>::config.gptq &&
+              !X86Inductor<gptq>::config.adaround);
 
 // --- Calibration methods: each changes the static activations' observer and nothing else ----
 template <class With, class Without>

@@ -290,13 +290,13 @@ TEST_CASE("gptq puts every weight on its observer's grid and fits each layer's o
             original.emplace(layer.path, module.attr("weight").toTensor().clone());
             grids.emplace(layer.path, weight_qparams(module));
         }
-        const gptq_summary summary = round_weights(prepared, *prepared.float_model, t.data.calibration,
+        const rounding_summary summary = round_weights(prepared, *prepared.float_model, t.data.calibration,
                                                    [](const std::string&) { return true; });
         CHECK(summary.samples == 256);
         CHECK(summary.skipped.empty());
         REQUIRE(summary.rounded.size() == original.size());
         double nearest = 0.0, rounded = 0.0;
-        for (const gptq_layer& layer : summary.rounded) {
+        for (const rounded_layer& layer : summary.rounded) {
             CAPTURE(layer.path);
             const ::torch::jit::Module module = find_submodule(prepared.module, layer.path);
             const auto [scale, zero_point] = weight_qparams(module);
@@ -314,10 +314,10 @@ TEST_CASE("gptq puts every weight on its observer's grid and fits each layer's o
                 zero_point.view(per_row);
             const auto moved = (levels.round() != nearest_levels).sum().item<std::int64_t>();
             MESSAGE(layer.path << ": " << moved << " of " << levels.numel() << " weights off their nearest level; output error "
-                               << layer.gptq_error / layer.nearest_error << " of round-to-nearest's");
+                               << layer.rounded_error / layer.nearest_error << " of round-to-nearest's");
             CHECK(moved > 0);  // not round-to-nearest again
-            CHECK(layer.gptq_error <= layer.nearest_error);
-            nearest += layer.nearest_error, rounded += layer.gptq_error;
+            CHECK(layer.rounded_error <= layer.nearest_error);
+            nearest += layer.nearest_error, rounded += layer.rounded_error;
         }
         CHECK(rounded < 0.8 * nearest);
     }

@@ -26,6 +26,7 @@ inline constexpr option_meaning option_meanings[] = {
     {"cle", "cross-layer equalization"},
     {"bias_correction", "correct the shift quantization adds to each layer's output"},
     {"gptq", "GPTQ weight rounding"},
+    {"adaround", "AdaRound weight rounding (learned up or down per weight)"},
 };
 
 inline std::string target_help() {

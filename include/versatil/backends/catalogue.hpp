@@ -71,8 +71,8 @@ inline constexpr auto every_option_subset_and_calibration = concatenate(
 using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
 
 inline constexpr auto builtin_backends =
-    detail::concatenate(detail::every_option_subset_and_calibration<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction, gptq>,
-                        detail::every_option_subset_and_calibration<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction, gptq>,
+    detail::concatenate(detail::every_option_subset_and_calibration<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction, gptq, adaround>,
+                        detail::every_option_subset_and_calibration<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction, gptq, adaround>,
                         detail::every_option_subset_and_calibration<CortexM, qat, per_tensor>);
 
 namespace detail {

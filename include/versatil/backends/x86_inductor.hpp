@@ -15,7 +15,7 @@ namespace versatil {
 
 template <auto... Options>
 struct X86Inductor : backend_policy<X86Inductor<Options...>> {
-    using accepted_options = with_calibration_options<dynamic_t, qat_t, reduce_range_t, cle_t, bias_correction_t, gptq_t>;
+    using accepted_options = with_calibration_options<dynamic_t, qat_t, reduce_range_t, cle_t, bias_correction_t, gptq_t, adaround_t>;
     static_assert(options_are_valid<"X86Inductor", accepted_options, Options...>);
     static_assert(options_are_compatible<"X86Inductor", Options...>);
 
@@ -34,7 +34,7 @@ struct X86Inductor : backend_policy<X86Inductor<Options...>> {
         with_calibration(with_accuracy_steps(x86_inductor_config(has_option<dynamic_t, Options...>, has_option<qat_t, Options...>,
                                                 has_option<reduce_range_t, Options...>),
                             has_option<cle_t, Options...>, has_option<bias_correction_t, Options...>,
-                            has_option<gptq_t, Options...>),
+                            has_option<gptq_t, Options...>, has_option<adaround_t, Options...>),
                          calibration_option<Options...>);
     static constexpr std::string_view options = option_names<accepted_options, Options...>;
 };

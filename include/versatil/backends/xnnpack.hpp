@@ -14,7 +14,7 @@ namespace versatil {
 
 template <auto... Options>
 struct XNNPACK : backend_policy<XNNPACK<Options...>> {
-    using accepted_options = with_calibration_options<dynamic_t, qat_t, per_tensor_t, cle_t, bias_correction_t, gptq_t>;
+    using accepted_options = with_calibration_options<dynamic_t, qat_t, per_tensor_t, cle_t, bias_correction_t, gptq_t, adaround_t>;
     static_assert(options_are_valid<"XNNPACK", accepted_options, Options...>);
     static_assert(options_are_compatible<"XNNPACK", Options...>);
 
@@ -29,7 +29,7 @@ struct XNNPACK : backend_policy<XNNPACK<Options...>> {
         with_calibration(with_accuracy_steps(xnnpack_config(has_option<dynamic_t, Options...>, has_option<qat_t, Options...>,
                                            !has_option<per_tensor_t, Options...>),
                             has_option<cle_t, Options...>, has_option<bias_correction_t, Options...>,
-                            has_option<gptq_t, Options...>),
+                            has_option<gptq_t, Options...>, has_option<adaround_t, Options...>),
                          calibration_option<Options...>);
     static constexpr std::string_view options = option_names<accepted_options, Options...>;
 };

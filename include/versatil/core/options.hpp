@@ -37,6 +37,9 @@ struct bias_correction_t {
 struct gptq_t {
     static constexpr std::string_view name = "gptq";
 };
+struct adaround_t {
+    static constexpr std::string_view name = "adaround";
+};
 
 // The calibration method of static activations (calibration.hpp), one option per method
 // (`calibration<calibration_method::entropy>`, "calibration=entropy" at run time); at most one.
@@ -68,6 +71,10 @@ inline constexpr bias_correction_t bias_correction{};
 // each column's error moved onto the columns not rounded yet, so the layer's output on the
 // calibration data stays close. Static post-training quantization only.
 inline constexpr gptq_t gptq{};
+// AdaRound weight rounding (Nagel et al. 2020): each weight's up-or-down rounding learned against
+// its layer's output error on the calibration data. Static post-training quantization only, and
+// not with gptq: both choose the same weights' rounding.
+inline constexpr adaround_t adaround{};
 template <calibration_method Method>
 inline constexpr calibration_t<Method> calibration{};
 
@@ -166,6 +173,14 @@ inline constexpr std::array option_conflicts{
     option_conflict{"gptq", "qat",
                     "quantization-aware training learns its weights with quantization in the loop; GPTQ rounding is "
                     "for post-training quantization"},
+    option_conflict{"adaround", "dynamic",
+                    "AdaRound learns weights' rounding against the layers' outputs on calibration data, and dynamic "
+                    "quantization takes none"},
+    option_conflict{"adaround", "qat",
+                    "quantization-aware training learns its weights with quantization in the loop; AdaRound rounding "
+                    "is for post-training quantization"},
+    option_conflict{"adaround", "gptq",
+                    "both choose how the same weights are rounded; take one (docs/accuracy.md compares them)"},
     option_conflict{"calibration", "dynamic",
                     "dynamic quantization takes activation ranges at run time, so there is nothing to calibrate"},
     option_conflict{"calibration", "qat",
@@ -178,6 +193,8 @@ template <auto... Given>
 inline constexpr bool options_combine =
     !(has_option<bias_correction_t, Given...> && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
     !(has_option<gptq_t, Given...> && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
+    !(has_option<adaround_t, Given...> &&
+      (has_option<dynamic_t, Given...> || has_option<qat_t, Given...> || has_option<gptq_t, Given...>)) &&
     !(calibration_count<Given...> != 0 && (has_option<dynamic_t, Given...> || has_option<qat_t, Given...>)) &&
     calibration_count<Given...> <= 1;
 
@@ -215,6 +232,23 @@ struct check_option_combination {
                   "instantiation above)");
     static constexpr bool value = true;
 };
+
+// The same for the adaround option, apart so that the instantiation above keeps its name.
+template <fixed_string Policy, bool Adaround, bool Gptq, bool Dynamic, bool Qat>
+struct check_adaround_combination {
+    static_assert(!(Adaround && Gptq),
+                  "versatil: options 'adaround' and 'gptq' do not combine: both choose how the same weights are "
+                  "rounded; take one (the policy is named in the instantiation above)");
+    static_assert(!(Adaround && Dynamic),
+                  "versatil: options 'adaround' and 'dynamic' do not combine: AdaRound learns weights' rounding on "
+                  "calibration data, and dynamic quantization takes none (the policy is named in the instantiation "
+                  "above)");
+    static_assert(!(Adaround && Qat),
+                  "versatil: options 'adaround' and 'qat' do not combine: quantization-aware training learns its "
+                  "weights; AdaRound rounding is for post-training quantization (the policy is named in the "
+                  "instantiation above)");
+    static constexpr bool value = true;
+};
 }  // namespace detail
 
 // True when `Given` combine; otherwise a compile error naming `Policy` and the rule.
@@ -222,7 +256,9 @@ template <fixed_string Policy, auto... Given>
 inline constexpr bool options_are_compatible =
     detail::check_option_combination<Policy, has_option<bias_correction_t, Given...>, has_option<dynamic_t, Given...>,
                                      has_option<qat_t, Given...>, calibration_count<Given...>,
-                                     has_option<gptq_t, Given...>>::value;
+                                     has_option<gptq_t, Given...>>::value &&
+    detail::check_adaround_combination<Policy, has_option<adaround_t, Given...>, has_option<gptq_t, Given...>,
+                                       has_option<dynamic_t, Given...>, has_option<qat_t, Given...>>::value;
 
 namespace detail {
 template <class Accepted, auto... Given>

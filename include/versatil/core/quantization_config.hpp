@@ -21,6 +21,7 @@ struct quantization_config {
     bool cross_layer_equalization = false;
     bool bias_correction = false;
     bool gptq = false;
+    bool adaround = false;  // weights rounded by AdaRound instead (accuracy/adaround.hpp)
 
     friend constexpr bool operator==(const quantization_config&, const quantization_config&) = default;
 };
@@ -33,10 +34,11 @@ constexpr bool is_valid(const quantization_config& config) noexcept {
 
 // `config` with the accuracy steps of a policy's options switched on.
 constexpr quantization_config with_accuracy_steps(quantization_config config, bool cross_layer_equalization,
-                                                  bool bias_correction, bool gptq) noexcept {
+                                                  bool bias_correction, bool gptq, bool adaround = false) noexcept {
     config.cross_layer_equalization = cross_layer_equalization;
     config.bias_correction = bias_correction;
     config.gptq = gptq;
+    config.adaround = adaround;
     return config;
 }
 

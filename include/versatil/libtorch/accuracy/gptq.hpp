@@ -299,16 +299,17 @@ struct gptq_options {
     double damping = 0.1;
 };
 
-struct gptq_layer {
+// One layer rounded by GPTQ or AdaRound.
+struct rounded_layer {
     std::string path;
-    // tr(E H E^T) on the calibration inputs for round-to-nearest and for GPTQ: the summed squared
-    // error of the layer's output that the weights' rounding causes.
+    // tr(E H E^T) on the calibration inputs for round-to-nearest and for the rounding used: the summed
+    // squared error of the layer's output that the weights' rounding causes.
     double nearest_error = 0.0;
-    double gptq_error = 0.0;
+    double rounded_error = 0.0;
 };
 
-struct gptq_summary {
-    std::vector<gptq_layer> rounded;                            // in the order the forward runs them
+struct rounding_summary {
+    std::vector<rounded_layer> rounded;                         // in the order the forward runs them
     std::vector<std::pair<std::string, std::string>> skipped;  // path, why
     std::int64_t samples = 0;
 };
@@ -344,75 +345,78 @@ inline std::optional<weight_grid> grid_of(const ::torch::jit::Module& observer, 
 
 }  // namespace detail
 
+namespace detail {
+
 // Rounds, in `prepared` (calibrated, not converted), the weights of the layers of `reference`
-// (prepare's float model) that `in_scope` selects, with H from `calibration`.
-template <class InScope>
-gptq_summary round_weights(prepared_model& prepared, const ::torch::jit::Module& reference,
-                           const std::vector<batch>& calibration, InScope&& in_scope, const gptq_options& options = {}) {
-    gptq_summary summary;
-    const std::vector<batch> batches = leading_batches(calibration, options.max_samples);
+// (prepare's float model) that `in_scope` selects, each by `round(matrices, H, grid)` (the shapes
+// gptq_round takes) with H from up to `max_samples` samples of `calibration`; `round` returns none, and
+// sets its last argument to why, for a layer it leaves to nearest rounding.
+template <class InScope, class Round>
+rounding_summary round_layers(prepared_model& prepared, const ::torch::jit::Module& reference,
+                              const std::vector<batch>& calibration, InScope&& in_scope, std::int64_t max_samples,
+                              Round&& round) {
+    rounding_summary summary;
+    const std::vector<batch> batches = leading_batches(calibration, max_samples);
     summary.samples = samples_in(batches);
     std::vector<std::string> order;
     std::set<std::string> layers;
     for (const weighted_layer& layer : find_layer_graph(reference).layers)
-        if (in_scope(layer.path) && detail::weight_observer(find_submodule(prepared.module, layer.path)) &&
+        if (in_scope(layer.path) && weight_observer(find_submodule(prepared.module, layer.path)) &&
             layers.insert(layer.path).second)
             order.push_back(layer.path);
     if (layers.empty() || batches.empty()) return summary;
 
-    detail::input_hessians hessians(reference, layers);
+    input_hessians hessians(reference, layers);
     hessians.accumulate(batches);
-    const ::torch::NoGradGuard no_grad;
     for (const std::string& path : order) {
         ::torch::jit::Module layer = find_submodule(prepared.module, path);
         const at::Tensor weight = layer.attr("weight").toTensor();
         std::string why_not;
         const std::optional<at::Tensor> hessian = hessians.hessian(path, why_not);
         const std::optional<weight_grid> grid =
-            hessian ? detail::grid_of(*detail::weight_observer(layer), weight.size(0), why_not) : std::nullopt;
+            hessian ? grid_of(*weight_observer(layer), weight.size(0), why_not) : std::nullopt;
         if (!hessian || !grid) {
             summary.skipped.emplace_back(path, why_not);
             continue;
         }
         const std::int64_t groups = hessian->size(0);
-        const at::Tensor matrices = weight.to(at::kFloat).reshape({groups, weight.size(0) / groups, -1});
-        at::Tensor result;
-        gptq_layer done{path};
-        try {
-            result = gptq_round(matrices, *hessian, *grid, options.damping);
-        } catch (const c10::Error& failure) {  // H not positive definite even damped
-            summary.skipped.emplace_back(path, "its input statistics cannot be inverted (" + one_line(failure) + ")");
+        const at::Tensor matrices = weight.detach().to(at::kFloat).reshape({groups, weight.size(0) / groups, -1});
+        rounded_layer done{path};
+        const std::optional<at::Tensor> rounded = round(matrices, *hessian, *grid, why_not);
+        if (!rounded) {
+            summary.skipped.emplace_back(path, why_not);
             continue;
         }
-        const at::Tensor nearest = detail::rounded_to_grid(matrices.reshape({weight.size(0), -1}), *grid).view_as(matrices);
-        done.nearest_error = detail::output_error(matrices - nearest, *hessian);
-        done.gptq_error = detail::output_error(matrices - result, *hessian);
-        // A layer whose inputs GPTQ fits worse than rounding to nearest (possible where H, from
+        at::Tensor result = *rounded;
+        const ::torch::NoGradGuard no_grad;
+        const at::Tensor nearest = rounded_to_grid(matrices.reshape({weight.size(0), -1}), *grid).view_as(matrices);
+        done.nearest_error = output_error(matrices - nearest, *hessian);
+        done.rounded_error = output_error(matrices - result.to(at::kFloat), *hessian);
+        // A layer whose inputs the rounding fits worse than rounding to nearest (GPTQ: possible where H, from
         // few samples, is far from its damped form) keeps the nearest values.
-        if (done.gptq_error > done.nearest_error) result = nearest;
-        layer.setattr("weight", result.view(weight.sizes()).to(weight.scalar_type()));
+        if (done.rounded_error > done.nearest_error) result = nearest;
+        layer.setattr("weight", result.reshape(weight.sizes()).to(weight.scalar_type()));
         summary.rounded.push_back(done);
     }
     return summary;
 }
 
-// The pipeline's step for the gptq option, between calibrate and convert: rounds the layers of
-// every target that has the option, on `batches` (the calibration data), and notes per target
-// what it did.
-inline void round_weights_for_targets(prepared_model& prepared, const std::vector<batch>& batches) {
+// The report's notes on a rounding step (`name`): per target that has it (`step`), how many layers
+// and how their output error compares with round-to-nearest's; with `each_layer`, every layer's
+// error before and after too; and the layers left to nearest, with why.
+inline void note_rounding(prepared_model& prepared, const rounding_summary& summary, bool target_plan::*step,
+                          const std::string& name, bool each_layer) {
     const quantization_plan& plan = prepared.plan;
-    if (!plan.any(&target_plan::rounds_weights) || !prepared.float_model) return;
-    const auto target_of = [&](const std::string& p) { return plan.target_with(p, &target_plan::rounds_weights); };
-    const gptq_summary summary = round_weights(prepared, *prepared.float_model, batches,
-                                               [&](const std::string& path) { return target_of(path).has_value(); });
+    const auto target_of = [&](const std::string& p) { return plan.target_with(p, step); };
     for (const backend_quantizer& q : plan.quantizer.quantizers()) {
         if (!target_of(std::string(q.module_path))) continue;
         std::size_t layers = 0;
         std::vector<double> ratios;  // of layers whose nearest rounding has any output error
-        for (const gptq_layer& layer : summary.rounded) {
+        for (const rounded_layer& layer : summary.rounded) {
             if (target_of(layer.path) != std::string(q.module_path)) continue;
             ++layers;
-            if (layer.nearest_error > 0) ratios.push_back(std::min(layer.gptq_error, layer.nearest_error) / layer.nearest_error);
+            if (layer.nearest_error > 0)
+                ratios.push_back(std::min(layer.rounded_error, layer.nearest_error) / layer.nearest_error);
         }
         std::sort(ratios.begin(), ratios.end());
         char figures[200] = "";
@@ -421,13 +425,55 @@ inline void round_weights_for_targets(prepared_model& prepared, const std::vecto
                           " (layer output error from rounding, on those samples: median %.2f, largest %.2f of "
                           "round-to-nearest's)",
                           ratios[ratios.size() / 2], ratios.back());
-        prepared.adjustments.push_back({std::string(q.module_path), "gptq: " + std::to_string(layers) +
+        prepared.adjustments.push_back({std::string(q.module_path), name + ": " + std::to_string(layers) +
                                                                         " layer(s) rounded on " +
                                                                         std::to_string(summary.samples) +
                                                                         " calibration samples" + figures});
     }
+    if (each_layer)
+        for (const rounded_layer& layer : summary.rounded) {
+            char figures[200];
+            std::snprintf(figures, sizeof figures,
+                          ": layer output error on the calibration samples %.4g with round-to-nearest, %.4g rounded",
+                          layer.nearest_error, std::min(layer.rounded_error, layer.nearest_error));
+            prepared.adjustments.push_back({layer.path, name + figures});
+        }
     for (const auto& [path, why] : summary.skipped)
-        prepared.adjustments.push_back({path, "gptq: rounded to nearest, because " + why});
+        prepared.adjustments.push_back({path, name + ": rounded to nearest, because " + why});
+}
+
+}  // namespace detail
+
+// GPTQ on the layers of `reference` (prepare's float model) that `in_scope` selects, in `prepared`
+// (calibrated, not converted), with H from `calibration`.
+template <class InScope>
+rounding_summary round_weights(prepared_model& prepared, const ::torch::jit::Module& reference,
+                               const std::vector<batch>& calibration, InScope&& in_scope,
+                               const gptq_options& options = {}) {
+    return detail::round_layers(prepared, reference, calibration, in_scope, options.max_samples,
+                                [&](const at::Tensor& matrices, const at::Tensor& hessian, const weight_grid& grid,
+                                    std::string& why_not) -> std::optional<at::Tensor> {
+                                    const ::torch::NoGradGuard no_grad;
+                                    try {
+                                        return gptq_round(matrices, hessian, grid, options.damping);
+                                    } catch (const c10::Error& failure) {  // H not positive definite even damped
+                                        why_not = "its input statistics cannot be inverted (" + one_line(failure) + ")";
+                                        return std::nullopt;
+                                    }
+                                });
+}
+
+// The pipeline's step for the gptq option, between calibrate and convert: rounds the layers of
+// every target that has the option, on `batches` (the calibration data), and notes per target
+// what it did.
+inline void round_weights_for_targets(prepared_model& prepared, const std::vector<batch>& batches) {
+    const quantization_plan& plan = prepared.plan;
+    if (!plan.any(&target_plan::rounds_weights) || !prepared.float_model) return;
+    const auto in_scope = [&](const std::string& path) {
+        return plan.target_with(path, &target_plan::rounds_weights).has_value();
+    };
+    detail::note_rounding(prepared, round_weights(prepared, *prepared.float_model, batches, in_scope),
+                          &target_plan::rounds_weights, "gptq", false);
 }
 
 // The sequence's step for the gptq option (accuracy/steps.hpp): on the calibrated model, before convert.

@@ -44,12 +44,12 @@ inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runt
 // Whether layers of one target may be quantized together for the per-layer analysis and each be
 // as quantized alone: not with the steps that look beyond a layer (cle equalizes chains of
 // layers, bias_correction measures each layer's output shift in the converted model, behind the
-// other quantized layers, gptq rounds against the layers' inputs).
+// other quantized layers, gptq and adaround round against the layers' inputs).
 inline bool quantized_as_alone_together(const runtime_quantizer& quantizer, const std::string& a, const std::string& b) {
     const std::optional<backend_quantizer> target = quantizer.quantizer_for(a);
     const quantization_config& config = target->config();
     return target->module_path == quantizer.quantizer_for(b)->module_path && !config.cross_layer_equalization &&
-           !config.bias_correction && !config.gptq;
+           !config.bias_correction && !config.gptq && !config.adaround;
 }
 
 // The per-layer analysis (report.per_layer): output SQNR against the float `model` on

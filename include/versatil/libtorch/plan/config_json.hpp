@@ -37,7 +37,8 @@ inline nlohmann::json to_json(const quantization_config& config) {
             {"is_qat", config.is_qat},
             {"cross_layer_equalization", config.cross_layer_equalization},
             {"bias_correction", config.bias_correction},
-            {"gptq", config.gptq}};
+            {"gptq", config.gptq},
+            {"adaround", config.adaround}};
 }
 
 // A target as "path", "backend" (exclude_spec for an exclude), "options" and "config".
