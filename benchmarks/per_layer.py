@@ -2,7 +2,8 @@
 """The per-layer analysis' cost: versatil-quantize's wall time on torchvision's MobileNetV2 and
 RegNetX-400MF (random weights, scripted with torch.jit.script, 224x224 inputs, 64 calibration and
 16 test samples of uniform noise) with the default per-layer analysis against --no-per-layer, in
-fresh processes, the median of REPEATS each. Issue 38's target: the default run costs at most 2x.
+fresh processes, the median of REPEATS each, with the machine's 1-minute load average before each run
+(a shared machine slows both alike, since the runs interleave). The target: the default run costs at most 2x.
 Timing only: the models are untrained, so the per-layer figures say nothing about accuracy.
 
   /usr/bin/python3 benchmarks/per_layer.py VERSATIL_QUANTIZE [--repeats N]
@@ -10,6 +11,7 @@ Timing only: the models are untrained, so the per-layer figures say nothing abou
 Writes benchmarks/results/per_layer.json (with the command that measured it)."""
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -61,13 +63,16 @@ def main():
             torch.jit.save(torch.jit.script(make().eval()), str(model))
             base = [args.cli, "--model", str(model), "--data", str(data)]
             timed = {"no_per_layer": [], "per_layer": []}
+            load = []
             for _ in range(args.repeats):  # interleaved, so that load on the machine hits both alike
+                load.append(os.getloadavg()[0])
                 timed["no_per_layer"].append(wall_seconds(base + ["--no-per-layer"]))
                 timed["per_layer"].append(wall_seconds(base))
-            row = {"model": name, **{k: statistics.median(v) for k, v in timed.items()}, "runs": timed}
+            row = {"model": name, **{k: statistics.median(v) for k, v in timed.items()}, "runs": timed,
+                   "load_average": load}
             row["ratio"] = row["per_layer"] / row["no_per_layer"]
             print(f"{name}: {row['per_layer']:.1f} s with the per-layer analysis, {row['no_per_layer']:.1f} s without "
-                  f"({row['ratio']:.2f}x)", flush=True)
+                  f"({row['ratio']:.2f}x; load {statistics.median(load):.1f})", flush=True)
             rows.append(row)
     RESULTS.write_text(json.dumps({"command": " ".join(["benchmarks/per_layer.py", *sys.argv[1:]]), "rows": rows},
                                   indent=2) + "\n")
