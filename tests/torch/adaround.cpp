@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "versatil/libtorch/accuracy/adaround.hpp"
+#include "versatil/libtorch/accuracy/gptq.hpp"
 
 using namespace versatil::libtorch;
 
@@ -88,4 +89,26 @@ TEST_CASE("adaround comes close to the brute-force optimum of small linear layer
                                                            << std::exp(log_nearest_ratio) << "; optimum reached on "
                                                            << at_optimum << " of 6 draws");
     CHECK(std::exp(log_ratio) <= 1.3);
+}
+
+TEST_CASE("gptq rounds a layer of width 147 (ResNet-18's first convolution) on the grid, closer than nearest") {
+    // Single precision's inverse from a Cholesky factor crashes Debian's OpenBLAS 0.3.21 at this
+    // width on a CPU it runs as Prescott (gptq.hpp says more); the crash ended the CLI with SIGSEGV.
+    // The yardstick is round to nearest, which GPTQ must not lose to on its own calibration inputs.
+    at::manual_seed(21);
+    const std::int64_t rows = 8, width = 147, samples = 512;
+    const at::Tensor inputs = at::matmul(at::randn({samples, width}), at::randn({width, width}));
+    const at::Tensor weight = at::randn({rows, width});
+    const at::Tensor scale = (std::get<0>(weight.abs().max(1)) / 127).to(at::kDouble);
+    const weight_grid grid{scale, at::zeros({rows}, at::kDouble), -128, 127};
+    const at::Tensor hessian = at::matmul(inputs.t(), inputs).unsqueeze(0);
+    const at::Tensor rounded = gptq_round(weight.unsqueeze(0), hessian, grid, 0.01).squeeze(0);
+    const at::Tensor levels = rounded.to(at::kDouble) / scale.unsqueeze(1);
+    CHECK(at::allclose(levels, at::round(levels), 0, 1e-3));
+    const at::Tensor levels_nearest = at::clamp(at::round(weight.to(at::kDouble) / scale.unsqueeze(1)), -128, 127);
+    const at::Tensor nearest = (levels_nearest * scale.unsqueeze(1)).to(at::kFloat);
+    const double gptq_error = at::matmul(inputs, (rounded - weight).t()).pow(2).sum().item<double>();
+    const double nearest_error = at::matmul(inputs, (nearest - weight).t()).pow(2).sum().item<double>();
+    MESSAGE("output error: nearest " << nearest_error << ", gptq " << gptq_error);
+    CHECK(gptq_error < nearest_error);
 }
