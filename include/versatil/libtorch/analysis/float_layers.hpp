@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "versatil/libtorch/analysis/report.hpp"
+#include "versatil/libtorch/passes/float_model_outputs.hpp"
 #include "versatil/libtorch/passes/loop_layers.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
@@ -34,7 +35,7 @@ inline std::string path_of(const ::torch::jit::Node* node, const std::vector<adj
     if (!dequantized_weight(node)) return "";
     std::vector<std::string> kept;
     for (const adjustment& a : adjustments)
-        if (a.change.starts_with("output the model returns kept in float")) kept.push_back(a.module_path);
+        if (a.change.starts_with(kept_float_output_note)) kept.push_back(a.module_path);
     return kept.size() == 1 ? kept.front() : "";
 }
 
@@ -42,7 +43,8 @@ inline std::string path_of(const ::torch::jit::Node* node, const std::vector<adj
 inline std::string float_reason(const ::torch::jit::Node* node, const std::string& path, const quantization_plan& plan,
                                 const std::vector<adjustment>& adjustments) {
     for (const adjustment& a : adjustments)  // a stage that decided it already said why
-        if (a.module_path == path && a.change.starts_with("stays float: ")) return a.change.substr(13);
+        if (a.module_path == path && a.change.starts_with(stays_float_note))
+            return a.change.substr(stays_float_note.size());
     if (!plan.target_for(path)) return "excluded by the targets (or outside every target)";
     if (plan.quantizer.is_dynamic() && !is_linear_op(node->kind().toQualString()))
         return "dynamic quantization quantizes linear and recurrent layers only";

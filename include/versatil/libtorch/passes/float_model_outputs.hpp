@@ -49,6 +49,8 @@ namespace versatil::libtorch {
 
 // The most weights a layer returning float output may have (see above).
 inline constexpr std::int64_t float_output_weight_limit = 65536;
+// How the adjustment of such a layer begins (analysis/float_layers.hpp finds the layer by it).
+inline constexpr std::string_view kept_float_output_note = "output the model returns kept in float: ";
 
 namespace detail {
 
@@ -130,7 +132,7 @@ inline std::vector<adjustment> leave_model_outputs_float(const ::torch::jit::Mod
             continue;
         }
         use.user->replaceInput(use.offset, unrounded);
-        layers.push_back({path->second, "output the model returns kept in float: " + std::string(because)});
+        layers.push_back({path->second, std::string(kept_float_output_note) + std::string(because)});
         // The pair goes where nothing else reads it (InsertQuantDeQuant gives each reader its own
         // dequantize; another quantized op may read the quantized value).
         if (dequantized->uses().empty()) dequantized->node()->destroy();

@@ -11,6 +11,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
@@ -41,9 +42,15 @@ inline std::set<std::string> layers_called_in_loops(const ::torch::jit::Module& 
     return paths;
 }
 
-// The reason the report gives for such a layer (a prefix measure.hpp recognizes).
+// How a stage's adjustment for a layer it leaves float begins; the report's float-layer list
+// (analysis/float_layers.hpp) takes the reason after it.
+inline constexpr std::string_view stays_float_note = "stays float: ";
+
+// The reason the report gives for such a layer.
 inline constexpr const char* float_in_loop_reason =
     "stays float: called inside a loop (prim::Loop), where LibTorch 1.13's graph-mode quantization places no "
     "observers";
+
+static_assert(std::string_view(float_in_loop_reason).starts_with(stays_float_note));
 
 }  // namespace versatil::libtorch
