@@ -1,7 +1,6 @@
 // AdaRound (accuracy/adaround.hpp) against brute force: on a linear layer with few inputs the
 // best up/down choice of every weight can be enumerated, and AdaRound's rounding must reach that
-// optimum's output error on the layer's inputs. Its own small executable (one TU with only the
-// AdaRound header), as the accuracy_steps unity TU takes minutes to rebuild.
+// optimum's output error on the layer's inputs.
 #include "doctest_with_torch.hpp"
 
 #include <cmath>
