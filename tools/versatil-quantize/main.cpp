@@ -256,8 +256,9 @@ int main(int argc, char** argv) {
         return 2;
     }
 
-    // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, then end the run as usual.
-    const cleanup_on_signals cleanup;
+    // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, say so in one line, then end the
+    // run as the signal does (status 130 for Ctrl-C in a shell).
+    const cleanup_on_signals cleanup("versatil-quantize");
     try {
         std::vector<runtime_target> targets;
         for (const std::string& text : target_texts) targets.push_back(parse_target(text));
