@@ -25,10 +25,6 @@ using namespace versatil::libtorch;
 
 namespace {
 
-// The CLI splits a data file's tensors into batches of this many rows; a tensor given here is split
-// alike, so the same data gives the same calibration and the same figures.
-constexpr std::int64_t calibration_batch_rows = 32;
-
 constexpr std::array all_error_kinds{
     error_kind::invalid_argument,  error_kind::missing_module,           error_kind::unsupported_device,
     error_kind::unsupported_composition, error_kind::no_calibration_data, error_kind::no_training_data,
@@ -119,7 +115,7 @@ python_data batches_from(const py::handle& given, std::size_t arity, const char*
     python_data data;
     if (given.is_none()) return data;
     if (is_tensor(given)) {
-        data.batches = split_batches(tensor_of(given), calibration_batch_rows);
+        data.batches = split_batches(tensor_of(given), default_batch_rows);
         return data;
     }
     const auto all_tensors = [](const py::handle& items) {
@@ -134,7 +130,7 @@ python_data batches_from(const py::handle& given, std::size_t arity, const char*
             fail(error_kind::invalid_calibration_data,
                  std::string(what) + ": a tuple of " + std::to_string(inputs.size()) + " tensors for a model with " +
                      std::to_string(arity) + " input(s)");
-        data.batches = split_batches(inputs, calibration_batch_rows);
+        data.batches = split_batches(inputs, default_batch_rows);
         return data;
     }
     if (!py::isinstance<py::iterable>(given))
@@ -321,7 +317,8 @@ PYBIND11_MODULE(versatil, m) {
         py::arg("model"), py::arg("train_inputs"), py::arg("train_labels"), py::kw_only(),
         py::arg("targets") = std::map<std::string, std::optional<std::string>>{{"", "xnnpack:qat"}},
         py::arg("evaluation") = py::none(), py::arg("labels") = py::none(), py::arg("steps") = 300,
-        py::arg("learning_rate") = 1e-4, py::arg("batch_size") = 64, py::arg("freeze_observers_after") = py::none(),
+        py::arg("learning_rate") = 1e-4, py::arg("batch_size") = qat_options{}.training.batch_size,
+        py::arg("freeze_observers_after") = py::none(),
         py::arg("threads") = 1, py::arg("progress") = py::none(),
         "Trains QAT targets on (train_inputs, train_labels), then converts; returns (quantized ScriptModule, report).");
 

@@ -6,7 +6,10 @@ unforeseen error (one line, the whole message with --verbose); --version. Usage:
 (VERSION: meson's project version, which --version must print)"""
 import hashlib
 import json
+import os
+import pty
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -494,6 +497,83 @@ with tempfile.TemporaryDirectory() as scratch:
 
 
 
+# What the CLI writes to standard error when a signal stops it (cleanup_on_signals.hpp).
+STOPPED_BY_SIGINT = "versatil-quantize: stopped by SIGINT; temporary files removed, no output half written"
+
+
+def interrupted_at(args, stage, tmpdir):
+    """Runs the CLI with standard error on a pty, so its progress bars are drawn as at a terminal, and
+    sends SIGINT, as Ctrl-C does, once `stage`'s bar shows. Returns the process, its stdout, all it
+    drew on the pty, and whether the signal went out while the run was still going."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([cli, *map(str, args)], stdout=subprocess.PIPE, stderr=follower, text=True,
+                               env=dict(os.environ, TMPDIR=str(tmpdir)))
+    os.close(follower)
+    seen = b""
+    while stage.encode() not in seen:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the pty closed: the run ended before the stage
+            chunk = b""
+        if not chunk:
+            break
+        seen += chunk
+    sent = stage.encode() in seen and process.poll() is None
+    if sent:
+        process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=600)
+    while True:  # what the run drew until it ended
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    return process, stdout, seen.decode(errors="replace"), sent
+
+
+def check_interrupted():
+    """Ctrl-C in a long run, once while calibrating and once in the per-layer analysis (the model is
+    mobilenet_cnn: 8 layers and 16 calibration batches, enough for both bars): the process ends by
+    SIGINT itself, which a shell shows as status 130 (and which stops a shell loop running it, as an
+    exit(130) would not), standard error says so in one line after the bars, and nothing is left: no
+    output, no temporary beside them or in TMPDIR, nothing saved."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        subprocess.run([export, d, "--model", "mobilenet_cnn", "--steps", "1"], check=True, timeout=600,
+                       capture_output=True)
+        (d / "out").mkdir()
+        (d / "tmp").mkdir()
+        for stage, label in (("calibrating", "SIGINT while calibrating"),
+                             ("per-layer analysis", "SIGINT during the per-layer analysis")):
+            args = ["--model", d / "model.pt", "--data", d / "data.pt", "--target", "=xnnpack", "--out",
+                    d / "out" / "q.pt", "--report", d / "out" / "r.json"]
+            process, stdout, drawn, sent = interrupted_at(args, stage, d / "tmp")
+            lines = [line for line in re.split(r"[\r\n]+", drawn) if line.strip()]
+            steps = [tuple(map(int, step)) for step in re.findall(stage + r" \[[= ]*\] (\d+)/(\d+)", drawn)]
+            problems = []
+            if not sent:
+                problems.append("the run ended before the signal could be sent")
+            if process.returncode != -signal.SIGINT:
+                problems.append(f"exit {process.returncode}, not ended by SIGINT ({-signal.SIGINT})")
+            if not lines or lines[-1] != STOPPED_BY_SIGINT or drawn.count(STOPPED_BY_SIGINT) != 1:
+                problems.append(f"standard error does not end with the one line {STOPPED_BY_SIGINT!r}")
+            others = [line for line in lines[:-1] if not re.match(r"(calibrating|per-layer analysis) \[", line)]
+            if others:
+                problems.append(f"standard error holds more than the bars and the line: {others}")
+            if not steps or steps[-1][0] >= steps[-1][1]:
+                problems.append(f"not stopped mid-{stage}: the bar showed {steps[-1:] or 'no step'}")
+            left = sorted(p.name for p in [*(d / "out").iterdir(), *(d / "tmp").iterdir()])
+            if left or "saved" in stdout:
+                problems.append(f"left behind: {left}, stdout: {stdout!r}")
+            if problems:
+                failures.append(f"{label}: {'; '.join(problems)}\n{drawn}")
+            else:
+                print(f"ok: {label} (at step {steps[-1][0]} of {steps[-1][1]})")
+
+
 def check_per_layer_top():
     """--per-layer-top N: the table shows the N worst layers of the per-layer analysis, the JSON all."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -513,6 +593,7 @@ def check_per_layer_top():
 
 
 check_per_layer_top()
+check_interrupted()
 
 for failure in failures:
     print("FAIL:", failure)

@@ -6,7 +6,7 @@ signal's own status), no output and no temporary file left anywhere, the inputs 
 Usage: check_faults.py GROUP VERSATIL_QUANTIZE EXPORT_PROGRAM, GROUP one of
   limits     a file-size limit (RLIMIT_FSIZE, as `ulimit -f` sets it), the process checking
              the model killed from outside (SIGKILL, as the OOM killer sends; strace sends it
-             as that process opens its checked copy), SIGINT mid-calibration
+             as that process opens its checked copy)
   full_disk  a full output directory and a full TMPDIR: a 100 KiB tmpfs mounted in a private
              user and mount namespace (`unshare -rm`, no root needed where the kernel allows it)
   mid_save   SIGINT and SIGTERM while the model, then the report, is being saved: strace
@@ -15,7 +15,6 @@ A group whose mechanism this machine lacks (no user namespaces, no ptrace) exits
 meson counts as skipped."""
 import hashlib
 import os
-import pty
 import resource
 import shutil
 import signal
@@ -91,36 +90,6 @@ def file_size_limited(limit_bytes):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
 
 
-def interrupted_while_calibrating(scratch):
-    """SIGINT as a user's Ctrl-C at a terminal: stderr is a pty, so the progress bar is drawn,
-    and the signal goes out once "calibrating" shows."""
-    leader, follower = pty.openpty()
-    process = subprocess.Popen([cli, *map(str, scratch.args())], stdout=subprocess.PIPE, stderr=follower,
-                               env=scratch.env(), text=True)
-    os.close(follower)
-    seen = b""
-    while b"calibrating" not in seen:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the pty closed: the run ended before calibrating
-            break
-        if not chunk:
-            break
-        seen += chunk
-    interrupted = b"calibrating" in seen and process.poll() is None
-    if interrupted:
-        process.send_signal(signal.SIGINT)
-    stdout, _ = process.communicate(timeout=600)
-    os.close(leader)
-    if not interrupted:
-        failures.append(f"SIGINT mid-calibration: never saw the run calibrating\n{seen.decode(errors='replace')}")
-        return
-    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, seen.decode(errors="replace"))
-    scratch.check("SIGINT mid-calibration", result, -signal.SIGINT, None)
-    if "saved" in stdout:
-        failures.append("SIGINT mid-calibration: the run went on to save")
-
-
 # sh -c KILL_AT_OPEN sh TMPDIR COMMAND...: runs COMMAND (the CLI) as this shell's own process,
 # once strace has attached to it; strace sends SIGKILL to whichever of its processes first opens
 # TMPDIR/versatil-load-PID-0.pt, the run's first temporary file: the checked copy of the model,
@@ -157,7 +126,6 @@ def limits(scratch):
         failures.append(f"file-size limit: the message does not say which write failed\n{result.stderr}")
 
     killed_while_checking(scratch)
-    interrupted_while_calibrating(scratch)
 
 
 def in_namespace_with_tmpfs(script):
@@ -205,7 +173,7 @@ def mid_save(scratch):
             traced = ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=fsync", "-e",
                       f"inject=fsync:signal={name}:when={when}", cli, *scratch.args()]
             result = run(traced, scratch.env())
-            scratch.check(f"{name} while {stage}", result, -number, None)
+            scratch.check(f"{name} while {stage}", result, -number, f"versatil-quantize: stopped by {name}; ")
 
 
 with tempfile.TemporaryDirectory() as root:

@@ -22,8 +22,11 @@ import make_zoo  # noqa: E402
 import versatil  # noqa: E402
 
 # A transformer block (linear layers, LayerNorm, GELU) and a two-input CNN: one input and two, static
-# and dynamic. Small, so the whole check takes seconds.
-CASES = [("encoder", "xnnpack"), ("two_inputs", "xnnpack"), ("encoder", "x86_inductor:dynamic")]
+# and dynamic, each side's default target (Python's xnnpack, the CLI's x86_inductor), and each side's
+# default batching (no --batch, no batch argument): the data split into the same batches, the same
+# latency batch. Small, so the whole check takes seconds.
+CASES = [("encoder", "xnnpack"), ("two_inputs", "xnnpack"), ("encoder", "x86_inductor"),
+         ("encoder", "x86_inductor:dynamic")]
 # Wall-clock figures: measured anew by each run.
 # LibTorch's warning counts follow the number of timed runs, which the clock decides.
 TIMINGS = {"float_ms", "quantized_ms", "float_ms_p10", "float_ms_p90", "quantized_ms_p10", "quantized_ms_p90",

@@ -56,8 +56,6 @@ namespace {
 using namespace versatil;
 using namespace versatil::libtorch;
 
-constexpr std::int64_t calibration_batch_rows = 32;
-
 struct inputs {
     ::torch::jit::Module model;
     quantize_data data;
@@ -72,13 +70,13 @@ inputs embedded_default() {
         return at::upsample_bilinear2d(coarse, {28, 28}, false);
     };
     quantize_data data;
-    data.calibration = split_batches(images(256, 1), calibration_batch_rows);
-    data.evaluation = split_batches(images(128, 2), calibration_batch_rows);
+    data.calibration = split_batches(images(256, 1), default_batch_rows);
+    data.evaluation = split_batches(images(128, 2), default_batch_rows);
     return {small_cnn_mlp(0), std::move(data)};
 }
 
 inputs from_files(const std::string& model_path, const std::optional<std::string>& data_path) {
-    return {load_model(model_path), data_path ? batches_of(load_data_file(*data_path), calibration_batch_rows)
+    return {load_model(model_path), data_path ? batches_of(load_data_file(*data_path), default_batch_rows)
                                               : quantize_data{}};
 }
 
@@ -258,8 +256,9 @@ int main(int argc, char** argv) {
         return 2;
     }
 
-    // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, then end the run as usual.
-    const cleanup_on_signals cleanup;
+    // SIGINT, SIGTERM or SIGHUP mid-run remove the temporary files, say so in one line, then end the
+    // run as the signal does (status 130 for Ctrl-C in a shell).
+    const cleanup_on_signals cleanup("versatil-quantize");
     try {
         std::vector<runtime_target> targets;
         for (const std::string& text : target_texts) targets.push_back(parse_target(text));
@@ -309,7 +308,8 @@ int main(int argc, char** argv) {
 
         // QAT across processes: the batch is each process's slice, as DDP's, so the global batch
         // is this x WORLD_SIZE.
-        if (quantizer->is_qat()) qat.training.batch_size = batch_option->count() > 0 ? batch : 64;
+        if (quantizer->is_qat())
+            qat.training.batch_size = batch_option->count() > 0 ? batch : qat_options{}.training.batch_size;
         if (quantizer->is_qat() && !model_path) {
             // The embedded default trains on its own synthetic task: labels from a fixed random
             // linear map of the inputs, which the float model can learn.

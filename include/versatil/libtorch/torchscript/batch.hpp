@@ -40,6 +40,11 @@ private:
     std::vector<at::Tensor> inputs_;
 };
 
+// The rows per batch that samples given batched along dim 0 are split into, by the CLI (a data
+// file's tensors) and by the Python module (a tensor) alike: observers such as the histogram's
+// depend on the split, so one number makes the same data give the same figures from either.
+inline constexpr std::int64_t default_batch_rows = 32;
+
 // Splits inputs batched along dim 0 (one tensor per forward argument, all with the same
 // number of samples) into batches of at most `batch_size` rows.
 inline std::vector<batch> split_batches(const std::vector<at::Tensor>& inputs, std::int64_t batch_size) {
