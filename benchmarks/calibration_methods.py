@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-METHODS = ["histogram (default)", "minmax", "moving_minmax", "percentile", "entropy", "auto"]
+METHODS = ["histogram (default)", "minmax", "moving_minmax", "percentile", "entropy", "auto", "output"]
 STEPS = ["", "cle", "cle,bias_correction", "gptq", "cle,bias_correction,gptq"]
 TITLE = "## Calibration methods"
 

@@ -330,7 +330,9 @@ def render_methods(data):
         lines.append("")
     if failed:
         lines += ["versatil fails on: " + "; ".join(failed) + ".", ""]
-    lines += mechanism_lines(data, METHODS)
+    # The mechanisms compare methods row by row: those every row measured (output: four rows so far).
+    everywhere = [m for m in METHODS if all(any(r["method"] == m for r in row["runs"]) for row in data["rows"])]
+    lines += mechanism_lines(data, everywhere)
     lines += ["Every combination, SQNR dB:", ""] + table + [""]
     if added:
         lines += ["Time each combination adds to one quantization (its quantize seconds minus the default's, same model "
@@ -429,7 +431,7 @@ def sweep(args, zoo, scratch):
     """Every method × accuracy steps on the static rows; the JSON rewritten after each model."""
     from calibration_methods import METHODS, STEPS
     backends = [b for b in ENGINE if not args.backends or b in args.backends.split(",")]
-    steps_swept = args.steps.split(";") if args.steps else STEPS
+    steps_swept = list(dict.fromkeys(args.steps.split(";"))) if args.steps else STEPS  # ";": no steps alone
     # "histogram" names the default column (calibration=histogram gives the default's observers).
     methods_swept = ([next((m for m in METHODS if m.split(" ")[0] == name), name) for name in args.calibrations.split(",")]
                      if args.calibrations else METHODS)
@@ -482,8 +484,9 @@ def main():
                         help="sweep calibration methods x accuracy steps on the static rows (architecture_methods.json)")
     parser.add_argument("--backends", default="", help="with --methods: x86_inductor, xnnpack or both (default)")
     parser.add_argument("--steps", default="",
-                        help="with --methods: the accuracy-step sets to sweep, ';' between sets (\"gptq;cle,gptq\"); "
-                             "the rows keep their other runs and their PyTorch result")
+                        help="with --methods: the accuracy-step sets to sweep, ';' between sets (\"gptq;cle,gptq\"; "
+                             "\";\" for none but the method alone); the rows keep their other runs and their PyTorch "
+                             "result")
     parser.add_argument("--calibrations", default="", help="with --methods: the calibration methods to sweep (a,b,...)")
     args = parser.parse_args()
     if args.render:

@@ -370,7 +370,7 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--target", "features", expect_status=2, expect_text="is not PATH=BACKEND")
     run("--target", "=xnnpack:calibration=kl", expect_status=2,
         expect_text="unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, "
-                    "histogram, percentile, entropy, auto)")
+                    "histogram, percentile, entropy, auto, output)")
     run("--target", "=x86_inductor:qat,calibration=auto", expect_status=2,
         expect_text="options 'calibration' and 'qat' do not combine")
     run("--target", "=xnnpack:dynamic,bias_correction", expect_status=2,

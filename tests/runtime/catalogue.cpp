@@ -21,9 +21,9 @@ TEST_CASE("every configured policy is in the catalogue once") {
     // go with neither dynamic nor qat, and adaround not with gptq: the 32 static post-training
     // subsets of the other five options less the 8 with both gptq and adaround, and 4 subsets of
     // reduce_range / per_tensor and cle with each of dynamic, qat and both: 36 configurations each;
-    // the 24 static ones again with each of the 6 calibration methods.
+    // the 24 static ones again with each of the 7 calibration methods.
     // cortex_m: two options (4 subsets), and its 2 static subsets again with each method.
-    CHECK(builtin_backends.size() == 36 + 36 + 2 * 24 * 6 + 4 + 2 * 6);
+    CHECK(builtin_backends.size() == 36 + 36 + 2 * 24 * 7 + 4 + 2 * 7);
     for (std::size_t i = 0; i < builtin_backends.size(); ++i)
         for (std::size_t j = i + 1; j < builtin_backends.size(); ++j)
             CHECK_FALSE((builtin_backends[i]->name == builtin_backends[j]->name &&
@@ -73,10 +73,10 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
           "bias_correction gptq adaround calibration=METHOD)");
     CHECK(parse_error("xnnpack:calibration=kl") ==
           "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
-          "percentile, entropy, auto)");
+          "percentile, entropy, auto, output)");
     CHECK(parse_error("xnnpack:cle,calibration") ==
           "option 'calibration' needs a method, calibration=METHOD in 'xnnpack:cle,calibration' (methods: minmax, "
-          "moving_minmax, histogram, percentile, entropy, auto)");
+          "moving_minmax, histogram, percentile, entropy, auto, output)");
     CHECK(parse_error("xnnpack:calibration=auto,calibration=auto").starts_with("more than one calibration method"));
     CHECK(parse_error("x86_inductor:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
     CHECK(parse_error("x86_inductor:per_tensor")

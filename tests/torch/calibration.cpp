@@ -7,6 +7,7 @@
 #include "torch_test_helpers.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <string>
@@ -175,7 +176,7 @@ TEST_CASE("unknown calibration methods and options that calibrate nothing are re
     REQUIRE_FALSE(unknown.has_value());
     CHECK(unknown.error().message ==
           "unknown calibration method 'kl' in 'xnnpack:calibration=kl' (methods: minmax, moving_minmax, histogram, "
-          "percentile, entropy, auto)");
+          "percentile, entropy, auto, output)");
     auto twice = parse_backend_spec("x86_inductor:calibration=auto,calibration=entropy");
     REQUIRE_FALSE(twice.has_value());
     CHECK(twice.error().message.starts_with("more than one calibration method"));
@@ -434,4 +435,108 @@ TEST_CASE("ReLU6's inputs quantized on what ReLU6 keeps: torchvision's MobileNet
               versatil::testing::count_kind(unclamped.module, "quantized::conv2d"));
         CHECK(versatil::testing::count_kind(clamped.module, "quantized::conv2d") > 40);
     }
+}
+
+// ---- calibration=output: ranges chosen at the model's output (accuracy/output_ranges.hpp) --------
+
+namespace {
+
+// y = x0 + 0 * x1 + b over a two-feature input that is quantized as one tensor: the output reads
+// the first feature only, while the second, 30 times wider, sets every candidate range.
+::torch::jit::Module reads_one_feature() {
+    ::torch::jit::Module model("__torch__.versatil.tests.ReadsOneFeature");
+    ::torch::jit::Module fc = linear(2, 1, 1);
+    fc.setattr("weight", at::tensor({1.0f, 0.0f}).reshape({1, 2}));
+    fc.setattr("bias", at::tensor({0.25f}));
+    model.register_module("fc", fc);
+    model.define("def forward(self, x):\n    return self.fc.forward(x)\n");
+    model.eval();
+    return model;
+}
+
+std::vector<batch> two_features(std::uint64_t seed, int batches) {
+    ::torch::manual_seed(seed);
+    std::vector<batch> data;
+    for (int i = 0; i < batches; ++i) data.emplace_back(at::stack({at::randn({64}), at::randn({64}) * 30.0}, 1));
+    return data;
+}
+
+}  // namespace
+
+TEST_CASE("calibration=output chooses the range the output needs, where auto chooses the tensor's") {
+    const ::torch::jit::Module model = reads_one_feature();
+    const std::vector<batch> calibration = two_features(21, 4);
+    prepared_model prepared = prepare(model, versatil::testing::whole_model("x86_inductor:calibration=output"));
+    calibrate(prepared, calibration, {false});
+    REQUIRE(prepared.float_model);
+    const output_range_summary summary =
+        choose_output_ranges(prepared, *prepared.float_model, calibration, [](const std::string&) { return true; });
+    // The input is the one quantized value: x86_inductor leaves the model's output float.
+    REQUIRE(summary.choices.size() == 1);
+    const output_range_choice& choice = summary.choices.front();
+    REQUIRE(choice.candidates.size() > 1);
+
+    // By hand: the output is w0q * x0q + b, w0q the weight 1 on x86's weight grid (int8 symmetric
+    // per channel: scale max|w| / ((quant_max - quant_min) / 2), 1 stored as 127 of 127.5 steps)
+    // and the bias float, so each candidate's output SQNR is 10 log10(sum y^2 / sum (y - yq)^2) on
+    // the samples scored, and the best range is about the one that quantizes x0 best, whatever it
+    // does to x1.
+    ::torch::jit::Module observer = find_submodule(prepared.module, choice.observer_path);
+    const std::int64_t quant_min = observer.attr("quant_min").toInt(), quant_max = observer.attr("quant_max").toInt();
+    const quantization_spec weight = *X86Inductor<>::config.weight;
+    const double weight_scale = 1.0 / ((weight.quant_max - weight.quant_min) / 2.0);
+    const double w0_steps = std::clamp(std::nearbyint(1.0 / weight_scale), double(weight.quant_min),
+                                       double(weight.quant_max));
+    const double w0 = w0_steps * static_cast<double>(static_cast<float>(weight_scale));
+    at::Tensor x0;
+    for (const batch& b : leading_batches(calibration, output_range_options{}.max_samples))
+        x0 = x0.defined() ? at::cat({x0, b.input(0).select(1, 0)}) : b.input(0).select(1, 0);
+    const at::Tensor y = x0.to(at::kDouble) + 0.25;
+    const double signal = y.pow(2).sum().item<double>();
+    std::size_t best = 0;
+    std::vector<double> noise;
+    for (const range_candidate& c : choice.candidates) {
+        const at::Tensor x0q = at::fake_quantize_per_tensor_affine(x0, c.scale, c.zero_point, quant_min, quant_max);
+        noise.push_back((x0q.to(at::kDouble) * w0 + 0.25 - y).pow(2).sum().item<double>());
+        const double by_hand = 10.0 * std::log10(signal / noise.back());
+        MESSAGE(c.methods << ": scale " << c.scale << ", output SQNR " << c.output_sqnr_db << " dB, by hand "
+                          << by_hand);
+        // float32 arithmetic in the converted model against float64 here: 0.001 dB covers it.
+        CHECK(std::abs(c.output_sqnr_db - by_hand) < 1e-3);
+        if (noise.back() < noise[best]) best = noise.size() - 1;
+    }
+    CHECK(choice.chosen == best);
+    CHECK(choice.chosen != choice.automatic);  // auto weighs x1's error too, and picks another range
+    CHECK(summary.chosen_sqnr_db > summary.auto_sqnr_db);
+
+    // Convert quantizes with the choice: the converted output is x0 quantized with it, plus the bias.
+    const range_candidate& chosen = choice.candidates[choice.chosen];
+    const auto qparams = observer.run_method("calculate_qparams").toTuple();
+    CHECK(qparams->elements()[0].toTensor().item<double>() == chosen.scale);
+    CHECK(qparams->elements()[1].toTensor().item<std::int64_t>() == chosen.zero_point);
+    const converted_model converted = convert(prepared);
+    const at::Tensor x = calibration.back().input(0);
+    const at::Tensor xq = at::fake_quantize_per_tensor_affine(x, chosen.scale, chosen.zero_point, quant_min, quant_max);
+    const at::Tensor expected = xq.select(1, 0) * w0 + 0.25;
+    CHECK(at::allclose(versatil::testing::run(converted.module, x).squeeze(1), expected, 1e-5, 1e-5));
+
+    // Through quantize(): the step runs, says what it chose, and held-out data gains too.
+    quantize_data data;
+    data.calibration = calibration;
+    data.evaluation = two_features(22, 2);
+    const auto report_of = [&](std::string_view spec) {
+        return quantize(model, versatil::testing::whole_model(spec), data, {.per_layer = false, .progress = false})
+            .report;
+    };
+    const quantization_report automatic = report_of("x86_inductor:calibration=auto");
+    const quantization_report output = report_of("x86_inductor:calibration=output");
+    const auto noted = [](const quantization_report& report) {
+        return std::ranges::count_if(report.adjustments, [](const adjustment& a) {
+            return a.change.starts_with("calibration=output: ");
+        });
+    };
+    CHECK(noted(automatic) == 0);
+    CHECK(noted(output) == 2);  // the input's choice and the summary
+    MESSAGE("held-out output SQNR: auto " << automatic.sqnr_db << " dB, output " << output.sqnr_db << " dB");
+    CHECK(output.sqnr_db > automatic.sqnr_db);
 }

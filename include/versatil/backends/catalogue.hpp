@@ -63,7 +63,8 @@ inline constexpr auto every_option_subset_and_calibration = concatenate(
     option_subsets<Policy, calibration<calibration_method::histogram>>::template of<Options...>(),
     option_subsets<Policy, calibration<calibration_method::percentile>>::template of<Options...>(),
     option_subsets<Policy, calibration<calibration_method::entropy>>::template of<Options...>(),
-    option_subsets<Policy, calibration<calibration_method::automatic>>::template of<Options...>());
+    option_subsets<Policy, calibration<calibration_method::automatic>>::template of<Options...>(),
+    option_subsets<Policy, calibration<calibration_method::output>>::template of<Options...>());
 }  // namespace detail
 
 // The built-in backends' policy templates: layers above the core give each its traits (the

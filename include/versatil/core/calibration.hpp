@@ -21,11 +21,13 @@ enum class calibration_method : std::uint8_t {
     percentile,     // the 0.01 % and 99.99 % quantiles of the histogram (TensorRT's 99.99)
     entropy,        // TensorRT's KL-divergence calibration over the histogram
     automatic,      // per tensor, the candidate range with the lowest quantization error
+    output,         // per tensor, auto's candidate with the lowest error at the model's output
 };
 
 inline constexpr std::array calibration_methods{calibration_method::minmax,    calibration_method::moving_minmax,
                                                 calibration_method::histogram, calibration_method::percentile,
-                                                calibration_method::entropy,   calibration_method::automatic};
+                                                calibration_method::entropy,   calibration_method::automatic,
+                                                calibration_method::output};
 
 constexpr std::string_view to_string(calibration_method method) noexcept {
     switch (method) {
@@ -35,12 +37,14 @@ constexpr std::string_view to_string(calibration_method method) noexcept {
         case calibration_method::percentile: return "percentile";
         case calibration_method::entropy: return "entropy";
         case calibration_method::automatic: return "auto";
+        case calibration_method::output: return "output";
     }
     return "unknown";
 }
 
-// "minmax, moving_minmax, histogram, percentile, entropy, auto": for error messages.
-inline constexpr std::string_view calibration_method_names = "minmax, moving_minmax, histogram, percentile, entropy, auto";
+// "minmax, moving_minmax, histogram, percentile, entropy, auto, output": for error messages.
+inline constexpr std::string_view calibration_method_names =
+    "minmax, moving_minmax, histogram, percentile, entropy, auto, output";
 
 constexpr std::optional<calibration_method> parse_calibration_method(std::string_view text) noexcept {
     for (const calibration_method method : calibration_methods)
@@ -56,6 +60,9 @@ constexpr observer_kind observer_of(calibration_method method) noexcept {
         case calibration_method::percentile: return observer_kind::histogram_percentile;
         case calibration_method::entropy: return observer_kind::histogram_entropy;
         case calibration_method::automatic: return observer_kind::histogram_auto;
+        // auto's observer holds the candidates; a step after calibrating chooses among them
+        // (libtorch/accuracy/output_ranges.hpp).
+        case calibration_method::output: return observer_kind::histogram_auto;
     }
     return observer_kind::histogram;
 }
@@ -64,6 +71,7 @@ constexpr observer_kind observer_of(calibration_method method) noexcept {
 // (dynamic quantization, QAT, no activation spec).
 constexpr std::optional<calibration_method> calibration_of(const quantization_config& config) noexcept {
     if (!config.input_activation || config.is_qat || config.input_activation->is_dynamic) return std::nullopt;
+    if (config.chooses_output_ranges) return calibration_method::output;
     for (const calibration_method method : calibration_methods)
         if (observer_of(method) == config.input_activation->observer) return method;
     return std::nullopt;
@@ -74,6 +82,7 @@ constexpr std::optional<calibration_method> calibration_of(const quantization_co
 // option otherwise (options_are_compatible).
 constexpr quantization_config with_calibration(quantization_config config, std::optional<calibration_method> method) noexcept {
     if (!method || config.is_qat) return config;
+    config.chooses_output_ranges = method == calibration_method::output;
     for (std::optional<quantization_spec>* spec : {&config.input_activation, &config.output_activation})
         if (*spec && !(*spec)->is_dynamic) (*spec)->observer = observer_of(*method);
     return config;

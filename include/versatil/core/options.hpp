@@ -150,7 +150,8 @@ template <class... Options>
 using with_calibration_options =
     option_list<Options..., calibration_t<calibration_method::minmax>, calibration_t<calibration_method::moving_minmax>,
                 calibration_t<calibration_method::histogram>, calibration_t<calibration_method::percentile>,
-                calibration_t<calibration_method::entropy>, calibration_t<calibration_method::automatic>>;
+                calibration_t<calibration_method::entropy>, calibration_t<calibration_method::automatic>,
+                calibration_t<calibration_method::output>>;
 
 // Options that exclude each other whatever the backend, with the reason: the run-time spec
 // parser reports these; policies reject the same pairs at compile time (options_combine).

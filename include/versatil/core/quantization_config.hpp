@@ -22,6 +22,8 @@ struct quantization_config {
     bool bias_correction = false;
     bool gptq = false;
     bool adaround = false;  // weights rounded by AdaRound instead (accuracy/adaround.hpp)
+    // calibration=output: each activation's range chosen by the error at the model's output.
+    bool chooses_output_ranges = false;
 
     friend constexpr bool operator==(const quantization_config&, const quantization_config&) = default;
 };

@@ -15,10 +15,12 @@
 #include "versatil/libtorch/accuracy/adaround.hpp"
 #include "versatil/libtorch/accuracy/bias_correction.hpp"
 #include "versatil/libtorch/accuracy/gptq.hpp"
+#include "versatil/libtorch/accuracy/output_ranges.hpp"
 
 namespace versatil::libtorch {
 
-inline constexpr auto accuracy_steps = boost::hana::tuple_t<gptq_step, adaround_step, bias_correction_step>;
+inline constexpr auto accuracy_steps =
+    boost::hana::tuple_t<gptq_step, adaround_step, output_ranges_step, bias_correction_step>;
 
 namespace detail {
 

@@ -251,14 +251,18 @@ inline std::vector<candidate> auto_candidates(const at::Tensor& min_val, const a
     return candidates;
 }
 
-// calculate_qparams of the auto observer: the candidate with the lowest error (the first on ties).
+// calculate_qparams of the auto observer: the candidate with the lowest error (the first on ties),
+// or the qparams a step chose among them once calibrated (chosen_scale > 0).
 inline tensor_pair histogram_auto_qparams(const at::Tensor& min_val, const at::Tensor& max_val,
                                           const at::Tensor& histogram, const at::Tensor& seen_min, const at::Tensor& seen_max,
                                           const at::Tensor& moving_min, const at::Tensor& moving_max,
                                           const at::Tensor& entropy_histogram, const at::Tensor& samples,
                                           const at::Tensor& sample_rate, const at::Tensor& lowest, const at::Tensor& highest,
                                           const at::Tensor& seen_count, std::int64_t dst_nbins, std::int64_t quant_min,
-                                          std::int64_t quant_max, bool symmetric, bool unsigned_dtype, double eps) {
+                                          std::int64_t quant_max, bool symmetric, bool unsigned_dtype, double eps,
+                                          double chosen_scale, std::int64_t chosen_zero_point) {
+    if (chosen_scale > 0.0)
+        return {at::full({1}, chosen_scale, at::kFloat), at::full({1}, chosen_zero_point, at::kLong)};
     if (nothing_to_search(min_val, max_val))
         return unsearched_qparams(min_val, max_val, quant_min, quant_max, symmetric, unsigned_dtype, eps);
     const observed_values observed{samples, sample_rate.item<std::int64_t>(), lowest, highest,
@@ -339,7 +343,8 @@ inline void register_histogram_range_ops() {
             "Tensor seen_max, Tensor moving_min, Tensor moving_max, Tensor entropy_histogram, "
             "Tensor samples, Tensor sample_rate, Tensor lowest, "
             "Tensor highest, Tensor seen_count, int dst_nbins, int quant_min, "
-            "int quant_max, bool symmetric, bool unsigned_dtype, float eps) -> (Tensor, Tensor)",
+            "int quant_max, bool symmetric, bool unsigned_dtype, float eps, float chosen_scale, "
+            "int chosen_zero_point) -> (Tensor, Tensor)",
             &observer_ops::histogram_auto_qparams);
         def("observe_histogram_auto(Tensor x, Tensor min_val, Tensor max_val, Tensor histogram, int upsample_rate, "
             "Tensor seen_min, Tensor seen_max, Tensor moving_min, Tensor moving_max, float averaging_constant, "

@@ -167,14 +167,16 @@ def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
 // The calibration methods' range choices over the same histogram (histogram_ranges.hpp). The
 // auto observer also keeps what its candidates and their errors need: the true range with the
 // entropy observer's histogram, the moving-average range, a sample of the values, the
-// extreme values and their count.
+// extreme values and their count; and the qparams a step chose among its candidates, when one
+// did (chosen_scale > 0: calibration=output, accuracy/output_ranges.hpp).
 inline operator_method histogram_range_qparams_method(observer_kind kind) {
     if (kind == observer_kind::histogram_auto)
         return {"calculate_qparams", "versatil::histogram_auto_qparams", {},
                 {"self.min_val", "self.max_val", "self.histogram", "self.seen_min", "self.seen_max", "self.moving_min",
                  "self.moving_max", "self.entropy_histogram", "self.samples", "self.sample_rate",
                  "self.lowest", "self.highest", "self.seen_count",
-                 "self.dst_nbins", "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype", "self.eps"},
+                 "self.dst_nbins", "self.quant_min", "self.quant_max", "self.symmetric", "self.unsigned_dtype",
+                 "self.eps", "self.chosen_scale", "self.chosen_zero_point"},
                 {}, 2};
     if (kind == observer_kind::histogram_entropy)
         return {"calculate_qparams", "versatil::entropy_qparams", {},
@@ -211,6 +213,7 @@ def reset_min_max_vals(self):
     self.lowest = torch.zeros([0])
     self.highest = torch.zeros([0])
     self.seen_count = torch.zeros([1]).long().reshape([])
+    self.chosen_scale = 0.0
 )JIT";
 
 inline constexpr int histogram_bins = 2048;
@@ -322,6 +325,9 @@ inline ::torch::jit::Module observer_with_state(const std::string& name, observe
         observer.register_buffer("sample_rate", ::torch::ones({}, ::torch::kLong));
         observer.register_buffer("entropy_histogram", ::torch::zeros({0}, ::torch::kDouble));
         observer.register_buffer("seen_count", ::torch::zeros({}, ::torch::kLong));
+        // Attributes, not buffers: a choice made after calibrating, not a statistic to merge.
+        observer.register_attribute("chosen_scale", c10::FloatType::get(), 0.0);
+        observer.register_attribute("chosen_zero_point", c10::IntType::get(), std::int64_t{0});
     }
     using observer_state::histogram_layout;
     if (observer_state::histogram_of(kind) == histogram_layout::entropy_grid) {

@@ -55,6 +55,7 @@ struct target_plan {
     bool corrects_biases = false;  // bias_correction: corrected between convert and lower
     bool dynamic = false, qat = false;
     bool adarounds_weights = false;  // adaround: rounded between calibrate and convert
+    bool chooses_output_ranges = false;  // calibration=output: ranges chosen between calibrate and convert
 };
 
 struct quantization_plan {
@@ -63,7 +64,7 @@ struct quantization_plan {
     device_set devices{};  // where LibTorch runs the model: its backends' devices, or where it evaluates them
     ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
     std::map<std::string, target_plan, std::less<>> targets{};  // by target path; none for an exclude
-    bool keeps_float_model = false;  // for the steps that read prepare's float model (GPTQ, AdaRound, bias correction)
+    bool keeps_float_model = false;  // for the steps that read prepare's float model (GPTQ, AdaRound, ...)
 
     // The plan of the target that quantizes `path`; none outside every target or in an exclude.
     [[nodiscard]] const target_plan* target_for(std::string_view path) const {
@@ -131,8 +132,9 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
         plan.targets.emplace(std::string(q.module_path),
                              target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
                                          config.cross_layer_equalization, config.gptq, config.bias_correction,
-                                         q.is_dynamic(), q.is_qat(), config.adaround});
-        plan.keeps_float_model = plan.keeps_float_model || config.gptq || config.bias_correction || config.adaround;
+                                         q.is_dynamic(), q.is_qat(), config.adaround, config.chooses_output_ranges});
+        plan.keeps_float_model = plan.keeps_float_model || config.gptq || config.bias_correction || config.adaround ||
+                                 config.chooses_output_ranges;
     }
     return plan;
 }

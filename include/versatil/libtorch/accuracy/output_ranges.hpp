@@ -1,0 +1,273 @@
+// calibration=output: each activation's range chosen among the auto observer's candidates (the
+// histogram search, min-max, the moving average, percentile, entropy) by the error it causes at
+// the model's output rather than in the tensor: a range that clips a tail no later op passes on
+// (a ReLU or a clamp cuts it anyway) costs nothing at the output and buys finer steps for the
+// rest. Greedy, in the order the forward quantizes the activations, each scored with those before
+// it at their chosen ranges and those after it at auto's choice.
+//
+// Scored on a converted copy of the calibrated model, which computes what the engine will: one
+// convert, then per activation one forward per distinct candidate on at most max_samples of the
+// calibration samples, its quantize op's scale and zero point rewritten in place. Which attributes
+// belong to which observer is read, not guessed: in the copy each observer returns a tag scale of
+// its own (chosen_scale), which convert stores where that observer's qparams go. The choices are
+// then written into the observers of the model itself (chosen_scale, chosen_zero_point), so that
+// convert quantizes with exactly what was scored.
+#pragma once
+
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "versatil/libtorch/observers/histogram_ranges.hpp"
+#include "versatil/libtorch/plan/plan.hpp"
+#include "versatil/libtorch/stages/convert.hpp"
+#include "versatil/libtorch/torchscript/batch.hpp"
+#include "versatil/libtorch/torchscript/graph_walk.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
+#include "versatil/libtorch/torchscript/module_tree.hpp"
+
+namespace versatil::libtorch {
+
+struct output_range_options {
+    // Calibration samples scored on (whole batches, at least one): each candidate is one forward.
+    std::int64_t max_samples = 32;
+};
+
+// One candidate range of an activation, as convert stores qparams (scale as float32's value).
+struct range_candidate {
+    std::string methods;  // "percentile", or "histogram, percentile" where two give the same qparams
+    double scale = 0.0;
+    std::int64_t zero_point = 0;
+    double output_sqnr_db = 0.0;  // when scored
+};
+
+// What the search did to one activation.
+struct output_range_choice {
+    std::string observer_path;  // its observer in the calibrated model
+    std::string module_path;    // the module whose forward quantizes it
+    std::string value;        // the value's name in the converted graph ("out.16")
+    std::vector<range_candidate> candidates;
+    std::size_t automatic = 0;  // auto's choice: the lowest error in the tensor
+    std::size_t chosen = 0;
+};
+
+struct output_range_summary {
+    std::vector<output_range_choice> choices;  // in the order the forward quantizes them
+    double auto_sqnr_db = 0.0;                 // the output with auto's choices everywhere
+    double chosen_sqnr_db = 0.0;
+    std::int64_t samples = 0;
+    std::int64_t forwards = 0;
+};
+
+namespace output_ranges_detail {
+
+inline constexpr std::string_view observer_class = "HistogramAutoObserver";
+
+// Tag scales: 2^-100 * (i + 1), exact in float32 and far below any scale a calibration gives.
+inline double tag_scale(std::size_t index) { return std::ldexp(static_cast<double>(index + 1), -100); }
+inline std::optional<std::size_t> tag_index(double scale, std::size_t count) {
+    const double index = std::ldexp(scale, 100) - 1.0;
+    if (index < 0.0 || index != std::floor(index) || index >= static_cast<double>(count)) return std::nullopt;
+    return static_cast<std::size_t>(index);
+}
+
+// The auto observer's candidates from its statistics, those giving the same qparams merged, and
+// which of them auto itself picks (the lowest error in the tensor, the first on ties). None when
+// there is nothing to search (unobserved, one value).
+inline std::vector<range_candidate> candidates_of(const ::torch::jit::Module& observer, std::size_t& automatic) {
+    const auto tensor = [&](const char* name) { return observer.attr(name).toTensor(); };
+    const at::Tensor min_val = tensor("min_val"), max_val = tensor("max_val");
+    if (observer_ops::nothing_to_search(min_val, max_val)) return {};
+    const observer_ops::observed_values observed{tensor("samples"), tensor("sample_rate").item<std::int64_t>(),
+                                                 tensor("lowest"), tensor("highest"),
+                                                 tensor("seen_count").item<std::int64_t>()};
+    const std::vector<observer_ops::candidate> found = observer_ops::auto_candidates(
+        min_val, max_val, tensor("histogram"), tensor("seen_min"), tensor("seen_max"), tensor("moving_min"),
+        tensor("moving_max"), tensor("entropy_histogram"), observed, observer.attr("dst_nbins").toInt(),
+        observer.attr("quant_min").toInt(), observer.attr("quant_max").toInt(), observer.attr("symmetric").toBool(),
+        observer.attr("unsigned_dtype").toBool(), observer.attr("eps").toDouble());
+    const auto best = std::ranges::min_element(found, {}, &observer_ops::candidate::error);
+    std::vector<range_candidate> distinct;
+    for (const observer_ops::candidate& c : found) {
+        const double scale = c.scale.item<double>();
+        const std::int64_t zero_point = c.zero_point.item<std::int64_t>();
+        auto same = std::ranges::find_if(distinct, [&](const range_candidate& d) {
+            return d.scale == scale && d.zero_point == zero_point;
+        });
+        if (same == distinct.end())
+            same = distinct.insert(distinct.end(), {c.method, scale, zero_point});
+        else
+            same->methods += std::string(", ") + c.method;
+        if (&c == &*best) automatic = static_cast<std::size_t>(same - distinct.begin());
+    }
+    return distinct;
+}
+
+// An activation under search: its observer in the calibrated model and, in the converted copy,
+// the module and attributes its quantize op reads.
+struct searched_activation {
+    ::torch::jit::Module observer;
+    output_range_choice choice;
+    std::optional<::torch::jit::Module> owner;  // in the copy
+    std::string scale_attribute, zero_point_attribute;
+
+    void set(std::size_t candidate) {
+        owner->setattr(scale_attribute, choice.candidates[candidate].scale);
+        owner->setattr(zero_point_attribute, choice.candidates[candidate].zero_point);
+    }
+};
+
+inline std::string decibels(double sqnr_db) {
+    if (std::isinf(sqnr_db)) return "exact";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f dB", sqnr_db);
+    return text;
+}
+
+// The copy's quantize ops in forward order, each as (module path, scale attribute).
+inline std::vector<std::pair<std::string, std::string>> quantized_in_order(const ::torch::jit::Module& converted) {
+    const std::shared_ptr<::torch::jit::Graph> graph = converted.get_method("forward").graph();
+    const std::map<const ::torch::jit::Value*, std::string> paths = module_value_paths(graph);
+    std::vector<std::pair<std::string, std::string>> order;
+    for (const ::torch::jit::Node* quantize : nodes_where(graph, [](const ::torch::jit::Node* node) {
+             return node->kind() == c10::aten::quantize_per_tensor;
+         })) {
+        const ::torch::jit::Node* scale = quantize->input(1)->node();
+        if (scale->kind() != c10::prim::GetAttr) continue;
+        const auto path = paths.find(scale->input());
+        if (path != paths.end()) order.emplace_back(path->second, scale->s(c10::attr::name));
+    }
+    return order;
+}
+
+}  // namespace output_ranges_detail
+
+// Chooses, in `calibrated`, the range of every auto-observed activation whose module `in_scope`
+// selects, by the output SQNR against `reference` (prepare's float model) on the leading
+// `options.max_samples` of `calibration`; writes each choice into its observer.
+template <class InScope>
+output_range_summary choose_output_ranges(prepared_model& calibrated, const ::torch::jit::Module& reference,
+                                          const std::vector<batch>& calibration, InScope&& in_scope,
+                                          const output_range_options& options = {}) {
+    using namespace output_ranges_detail;
+    output_range_summary summary;
+    std::vector<searched_activation> activations;
+    for (const auto& item : calibrated.module.named_modules()) {
+        if (!detail::class_name_contains(item.value, observer_class)) continue;
+        const std::size_t last_dot = item.name.rfind('.');
+        const std::string owner_path = last_dot == std::string::npos ? "" : item.name.substr(0, last_dot);
+        if (!in_scope(owner_path)) continue;
+        searched_activation activation{item.value, {item.name, owner_path, "", {}, 0, 0}, std::nullopt, "", ""};
+        activation.choice.candidates = candidates_of(item.value, activation.choice.automatic);
+        activation.choice.chosen = activation.choice.automatic;
+        if (activation.choice.candidates.size() > 1) activations.push_back(std::move(activation));
+    }
+    const std::vector<batch> batches = leading_batches(calibration, options.max_samples);
+    summary.samples = samples_in(batches);
+    if (activations.empty() || batches.empty()) return summary;
+
+    // The copy, each observer tagged, converted: the attributes holding a tag are that observer's.
+    prepared_model tagged{calibrated.module.clone(), calibrated.plan, {}, std::nullopt};
+    for (std::size_t i = 0; i < activations.size(); ++i) {
+        ::torch::jit::Module observer = find_submodule(tagged.module, activations[i].choice.observer_path);
+        observer.setattr("chosen_scale", tag_scale(i));
+        observer.setattr("chosen_zero_point", std::int64_t{0});
+    }
+    converted_model copy = convert(std::move(tagged));
+    for (const auto& item : copy.module.named_modules()) {
+        for (const auto& attribute : item.value.named_attributes(/*recurse=*/false)) {
+            const std::size_t at = attribute.name.rfind("_scale_");
+            if (at == std::string::npos || !attribute.value.isDouble()) continue;
+            const std::optional<std::size_t> index = tag_index(attribute.value.toDouble(), activations.size());
+            if (!index) continue;
+            searched_activation& activation = activations[*index];
+            activation.owner = item.value;
+            activation.choice.module_path = item.name;
+            activation.choice.value = attribute.name.substr(0, at);
+            activation.scale_attribute = attribute.name;
+            activation.zero_point_attribute = activation.choice.value + "_zero_point_" +
+                                              attribute.name.substr(at + std::string_view("_scale_").size());
+        }
+    }
+    // Topological order: that of the quantize ops in the forward (inlined by prepare). An
+    // observer none of them reads has nothing to choose: convert left its value float (an output
+    // the model returns), or quantizes it in a method the forward calls, which is not searched.
+    const std::vector<std::pair<std::string, std::string>> order = quantized_in_order(copy.module);
+    const auto position = [&](const searched_activation& activation) {
+        const auto at = std::ranges::find(order, std::pair{activation.choice.module_path, activation.scale_attribute});
+        return static_cast<std::size_t>(at - order.begin());
+    };
+    std::erase_if(activations, [&](const searched_activation& a) { return !a.owner || position(a) == order.size(); });
+    std::ranges::stable_sort(activations, {}, position);
+    for (searched_activation& activation : activations) activation.set(activation.choice.automatic);
+
+    const model_outputs expected = run_batches(reference, batches);
+    const auto score = [&] {
+        ++summary.forwards;
+        return compare_outputs(expected, run_batches(copy.module, batches)).overall.sqnr_db;
+    };
+    double current = score();
+    summary.auto_sqnr_db = current;
+    for (searched_activation& activation : activations) {
+        output_range_choice& choice = activation.choice;
+        choice.candidates[choice.automatic].output_sqnr_db = current;
+        for (std::size_t c = 0; c < choice.candidates.size(); ++c) {
+            if (c == choice.automatic) continue;
+            activation.set(c);
+            choice.candidates[c].output_sqnr_db = score();
+            if (choice.candidates[c].output_sqnr_db > choice.candidates[choice.chosen].output_sqnr_db)
+                choice.chosen = c;
+        }
+        activation.set(choice.chosen);
+        current = choice.candidates[choice.chosen].output_sqnr_db;
+    }
+    summary.chosen_sqnr_db = current;
+    for (searched_activation& activation : activations) {
+        const range_candidate& chosen = activation.choice.candidates[activation.choice.chosen];
+        activation.observer.setattr("chosen_scale", chosen.scale);
+        activation.observer.setattr("chosen_zero_point", chosen.zero_point);
+        summary.choices.push_back(std::move(activation.choice));
+    }
+    return summary;
+}
+
+// The sequence's step for calibration=output (accuracy/steps.hpp): once calibrated, before
+// convert; every choice noted in the report, with the output SQNR of each candidate.
+struct output_ranges_step {
+    static bool applies(const target_plan& target) { return target.chooses_output_ranges; }
+    static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
+        using output_ranges_detail::decibels;
+        const quantization_plan& plan = calibrated.plan;
+        if (!calibrated.float_model) return;
+        const auto in_scope = [&](const std::string& path) {
+            return plan.target_with(path, &target_plan::chooses_output_ranges).has_value();
+        };
+        const output_range_summary summary =
+            choose_output_ranges(calibrated, *calibrated.float_model, calibration, in_scope);
+        std::size_t changed = 0;
+        for (const output_range_choice& choice : summary.choices) {
+            changed += choice.chosen != choice.automatic ? 1 : 0;
+            std::string scored;
+            for (std::size_t c = 0; c < choice.candidates.size(); ++c)
+                scored += (c ? ", " : "") + choice.candidates[c].methods + " " +
+                          decibels(choice.candidates[c].output_sqnr_db) + (c == choice.automatic ? " (auto's)" : "");
+            const std::string& chosen = choice.candidates[choice.chosen].methods;
+            calibrated.adjustments.push_back({choice.module_path, "calibration=output: " + choice.value +
+                                                                      " quantized with " + chosen +
+                                                                      "'s range (output SQNR: " + scored + ")"});
+        }
+        calibrated.adjustments.push_back(
+            {"", "calibration=output: " + std::to_string(summary.choices.size()) + " activation range(s) chosen on " +
+                     std::to_string(summary.samples) + " calibration samples, " + std::to_string(changed) +
+                     " other than auto's; output SQNR there " + decibels(summary.auto_sqnr_db) + " with auto's, " +
+                     decibels(summary.chosen_sqnr_db) + " chosen (" + std::to_string(summary.forwards) + " forwards)"});
+    }
+};
+
+}  // namespace versatil::libtorch
