@@ -10,14 +10,20 @@ must reproduce the C++ float logits before anything is quantized.
   dynamic: quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
   engines: 'onednn' (versatil's x86_inductor lowers to it), 'qnnpack' (versatil's xnnpack)
 
-Every measurement uses one thread and the same method as versatil's measure helpers.
+Every measurement uses one thread and the same method as versatil's measure helpers. Quantize
+time is cold, as torch_models times versatil's: the first quantization of a fresh Python process
+(torch imported, the model and data loaded first), the lowest of COLD_PROCESSES processes; the
+warm time (the lowest of QUANTIZE_REPEATS later quantizations in that process) beside it.
 
   /usr/bin/python3 peer.py OUT_DIR      writes OUT_DIR/peer.json
+  /usr/bin/python3 peer.py --time-quantization OUT_DIR MODEL ENGINE MODE
+                                        one fresh process's cold and warm seconds, as JSON
 """
 import copy
 import io
 import json
 import math
+import subprocess
 import sys
 import time
 import warnings
@@ -31,6 +37,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 CALIBRATION_BATCH = 32  # as torch_models.cpp
 EVALUATION_BATCH = 250
 QUANTIZE_REPEATS = 5  # the lowest of 5, as torch_models.cpp: what the VM adds is not the work
+COLD_PROCESSES = 3  # as torch_models.cpp's cold_processes
 ENGINES = {"x86_inductor": "onednn", "xnnpack": "qnnpack"}
 
 warnings.filterwarnings("ignore")  # 1.13's FX quantization warns about deprecated observers
@@ -265,7 +272,41 @@ def timed_quantize(model, quantize):
     return min(seconds), result
 
 
+def quantizer(mode, engine, calibration):
+    if mode == "static":
+        return lambda m: quantize_static(m, engine, calibration)
+    return quantize_dynamic_linear
+
+
+def load_calibration(out):
+    return list(torch.load(out / "data.pt")["calib"].split(CALIBRATION_BATCH))
+
+
+def time_quantization(out, name, engine, mode):
+    """The child's side: this fresh process's first quantization (cold), then the lowest of QUANTIZE_REPEATS."""
+    torch.set_num_threads(1)
+    torch.backends.quantized.engine = engine
+    model, _ = twin_of(out / name / "model.pt", TWINS[name])
+    quantize = quantizer(mode, engine, load_calibration(out))
+    fresh = copy.deepcopy(model)
+    start = time.perf_counter()
+    quantize(fresh)
+    cold = time.perf_counter() - start
+    warm, _ = timed_quantize(model, quantize)
+    print(json.dumps({"cold_seconds": cold, "warm_seconds": warm}))
+
+
+def cold_and_warm(out, name, engine, mode):
+    """(cold, warm) seconds: the lowest of COLD_PROCESSES fresh processes (time_quantization) each."""
+    command = [sys.executable, __file__, "--time-quantization", str(out), name, engine, mode]
+    timings = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+               for _ in range(COLD_PROCESSES)]
+    return min(t["cold_seconds"] for t in timings), min(t["warm_seconds"] for t in timings)
+
+
 def main():
+    if sys.argv[1] == "--time-quantization":
+        return time_quantization(Path(sys.argv[2]), *sys.argv[3:6])
     out = Path(sys.argv[1])
     torch.set_num_threads(1)
     data = torch.load(out / "data.pt")
@@ -293,13 +334,13 @@ def main():
             for mode in ("static", "dynamic"):
                 run = {"backend": backend, "engine": engine, "mode": mode}
                 try:
+                    quantized = quantizer(mode, engine, calibration)(copy.deepcopy(model))
                     if mode == "static":
-                        seconds, quantized = timed_quantize(model, lambda m: quantize_static(m, engine, calibration))
                         run["method"] = f"prepare_fx/convert_fx, get_default_qconfig_mapping('{engine}')"
                         run["phases"] = static_phases(model, engine, calibration)
                     else:
-                        seconds, quantized = timed_quantize(model, quantize_dynamic_linear)
                         run["method"] = "quantize_dynamic({nn.Linear}, qint8)"
+                    seconds, run["quantize_seconds_warm"] = cold_and_warm(out, name, engine, mode)
                     run["quantize_seconds"] = seconds
                     output = run_batches(quantized, evaluation)
                     run["sqnr_db"] = sqnr_db(reference, output)
@@ -323,7 +364,8 @@ def main():
                         for b in (1, 8):
                             run[f"versatil_in_python_ms_b{b}"] = latency_ms(lowered, data["test"][:b].contiguous())
                     print(f"  {backend:13s} {mode:8s} SQNR {run['sqnr_db']:6.2f} dB  top-1 "
-                          f"{100 * run['quantized_top1']:.2f} %  quantize {seconds:.3f} s  b1 "
+                          f"{100 * run['quantized_top1']:.2f} %  quantize {seconds:.3f} s cold, "
+                          f"{run['quantize_seconds_warm']:.3f} warm  b1 "
                           f"{run['float_ms_b1']:.3f} -> {run['quantized_ms_b1']:.3f} ms "
                           f"({run['quantized_form_b1']})", flush=True)
                 except Exception as failure:  # recorded: a failure is a result too

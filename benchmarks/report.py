@@ -268,12 +268,16 @@ def runtime_sections(versatil, peer):
         "nn.Module (the faster of eager and traced + frozen).", "",
         "Method: both sides time a single forward with the same method (5 warm-up runs, then at least 20 runs and "
         f"0.25 s; the median), repeated {cfg.get('latency_rounds', 1)} times, keeping the lowest median (the "
-        "machine is shared; the quietest round is the closest to the model's own cost). Quantize time: prepare + calibrate + convert (+ lower, for versatil), the lowest of "
-        f"{cfg['quantize_repeats']} runs (the same work each run: what the shared machine adds, page faults above all, is left out); the peer's copy of the model is made outside its timing. versatil's quantize times (and the phase table's) "
-        "are measured in a fresh process per configuration that loads the saved model: LibTorch 1.13's quantization passes "
-        "grow a static list on every call (`isSingleInputGeneralAtenFunction`, searched linearly), so each quantization in a "
-        "process slows the next, and in the benchmark's own process the last model would pay for the hundreds before it. "
-        "The peer runs all models in one Python process; its FX passes keep no such state. SQNR: "
+        "machine is shared; the quietest round is the closest to the model's own cost). Quantize time: prepare + calibrate + "
+        "convert (+ lower, for versatil; dynamic targets: the direct path with each layer's weights chosen on the "
+        "calibration data, as versatil-quantize does with a data file), **cold**: the first quantization of a fresh "
+        "process (LibTorch or torch imported, model and data loaded first), what every versatil-quantize run pays, the "
+        f"lowest of {cfg.get('cold_processes', 1)} processes per side; warm beside it: the lowest of "
+        f"{cfg['quantize_repeats']} later quantizations in those processes (the same work each run: what the shared "
+        "machine adds, page faults above all, is left out). The peer's copy of the model is made outside its timing. "
+        "versatil's phase table is warm, from the same processes. Each configuration in processes of its own: "
+        "LibTorch 1.13's quantization passes grow a static list on every call (`isSingleInputGeneralAtenFunction`, "
+        "searched linearly), so each quantization in a process slows the next. SQNR: "
         "10·log10(Σref² / Σ(ref − q)²) of the logits on the evaluation images against the C++ float model's.",
         ""]
     if peer:
@@ -305,8 +309,8 @@ def runtime_sections(versatil, peer):
              "timing loops (C++ for versatil, Python for the peer), peer.py also times versatil's saved lowered "
              "model in its own Python loop (\"v quant in peer's harness\").", "",
              "| model | backend | mode | b1 float v / p | b1 quant v / p | **b1 ratio** | b8 float v / p | b8 quant v / p | "
-             "**b8 ratio** | peer form (b1, b8) | v quant in peer's harness, b1 / b8 | size KiB v / p | quantize s v / p | "
-             "**quantize ratio** |",
+             "**b8 ratio** | peer form (b1, b8) | v quant in peer's harness, b1 / b8 | size KiB v / p | quantize s cold v / p "
+             "(warm v / p) | **cold quantize ratio** |",
              "|---|---|---|---|---|---:|---|---|---:|---|---|---|---|---:|"]
     failures = []
     summary = []
@@ -344,7 +348,8 @@ def runtime_sections(versatil, peer):
                 f"{fmt(g(pq, 'versatil_in_python_ms_b1'), 3)} / {fmt(g(pq, 'versatil_in_python_ms_b8'), 3)} | "
                 f"{fmt(g(vq, 'quantized_bytes') / 1024 if vq else None, 1)} / "
                 f"{fmt(g(pq, 'quantized_bytes') / 1024 if pq else None, 1)} | "
-                f"{fmt(g(vq, 'quantize_seconds'), 3)} / {fmt(g(pq, 'quantize_seconds'), 3)} | {fmt(rq)} |")
+                f"{fmt(g(vq, 'quantize_seconds'), 3)} / {fmt(g(pq, 'quantize_seconds'), 3)} "
+                f"({fmt(g(vq, 'quantize_seconds_warm'), 3)} / {fmt(g(pq, 'quantize_seconds_warm'), 3)}) | {fmt(rq)} |")
             summary.append({"model": model, "backend": backend, "mode": mode, "v": vq, "p": pq, "sqnr_d": sqnr_d,
                             "top_d": top_d, "r1": r1, "r8": r8, "rq": rq, "v_failed": v is not None and "error" in v,
                             "p_failed": p is not None and not pq})
@@ -460,15 +465,15 @@ def goals_section(summary, policy, slopes, fit, test_images, compile_noise_secon
                          f"{name(s)} (×{fmt(s['r1'])} at b1, ×{fmt(s['r8'])} at b8)" for s in losses_lat) + "." if losses_lat else ""))
     if q_static:
         met = [s for s in q_static if s["rq"] <= 0.5]
-        lines.append(f"- {mark(len(met) == len(q_static))} **Static quantize time at most 0.5× FX's** (prepare_fx + "
-                     f"calibration + convert_fx on the same batches). {len(met)} of {len(q_static)} configurations; "
+        lines.append(f"- {mark(len(met) == len(q_static))} **Static quantize time, cold, at most 0.5× FX's** (prepare_fx + "
+                     f"calibration + convert_fx on the same batches, each the first of a fresh process). {len(met)} of {len(q_static)} configurations; "
                      f"versatil / peer from {fmt(min(s['rq'] for s in q_static))} to {fmt(max(s['rq'] for s in q_static))}"
                      + (". Over: " + listing([s for s in q_static if s not in met], "rq", "×") if len(met) < len(q_static) else "")
                      + ".")
     if q_dynamic:
         met = [s for s in q_dynamic if s["rq"] <= 2.0 or s["v"]["quantize_seconds"] < 0.020]
-        lines.append(f"- {mark(len(met) == len(q_dynamic))} **Dynamic quantize time at most 2× `quantize_dynamic`'s or "
-                     f"under 20 ms.** {len(met)} of {len(q_dynamic)} configurations; versatil "
+        lines.append(f"- {mark(len(met) == len(q_dynamic))} **Dynamic quantize time, cold, at most 2× "
+                     f"`quantize_dynamic`'s or under 20 ms.** {len(met)} of {len(q_dynamic)} configurations; versatil "
                      f"{fmt(1e3 * min(s['v']['quantize_seconds'] for s in q_dynamic), 1)}–"
                      f"{fmt(1e3 * max(s['v']['quantize_seconds'] for s in q_dynamic), 1)} ms, versatil / peer from "
                      f"{fmt(min(s['rq'] for s in q_dynamic))} to {fmt(max(s['rq'] for s in q_dynamic))}"

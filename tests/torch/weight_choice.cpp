@@ -92,6 +92,25 @@ TEST_CASE("oneDNN's dynamic layer drops reduce_range where the input needs its e
     CHECK(compare_outputs(reference, run_batches(chosen->module, evaluation)).overall.sqnr_db >
           compare_outputs(reference, run_batches(standard->module, evaluation)).overall.sqnr_db + 6.0);
 
+    SUBCASE("the choice is measured on the leading dynamic_choice_samples of the data only") {
+        static_assert(dynamic_choice_samples == 64, "the batches below are sized for 64 samples");
+        // Six batches of 16: the first four are measured (64 samples); the last two (column 0 at
+        // 1e4, an output 4000 times louder) would change every figure the reason gives if read.
+        std::vector<batch> longer = calibration;
+        for (const batch& more : hand_made_inputs(3)) longer.push_back(more);
+        const at::Tensor loud = at::zeros({16, 16});
+        loud.select(1, 0).fill_(1e4);
+        longer.push_back(batch({loud}));
+        longer.push_back(batch({loud}));
+        const std::optional<lowered_model> bounded = lower_dynamic_directly(model, plan, {}, longer);
+        REQUIRE(bounded.has_value());
+        const std::optional<lowered_model> measured_alone =
+            lower_dynamic_directly(model, plan, {}, std::vector<batch>(longer.begin(), longer.begin() + 4));
+        REQUIRE(measured_alone.has_value());
+        CHECK(change_of(bounded->adjustments, "fc") == change_of(measured_alone->adjustments, "fc"));
+        CHECK(change_of(bounded->adjustments, "fc").find("on 64 calibration samples") != std::string::npos);
+    }
+
     SUBCASE("the user's reduce_range option is kept") {
         const std::optional<lowered_model> asked =
             lower_dynamic_directly(model, plan_for(whole_model("x86_inductor:dynamic,reduce_range")), {}, calibration);

@@ -38,12 +38,16 @@ inline c10::IValue call_operator(const char* name, ::torch::jit::Stack stack) {
     return stack.front();
 }
 
-// The layer's output as the engine in effect computes it under `choice`.
-inline at::Tensor linear_dynamic_output(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+// The layer's weights quantized under `choice` and packed for the engine in effect.
+inline c10::IValue packed_weights(const at::Tensor& weight, const at::Tensor& bias,
+                                  const dynamic_weight_choice& choice) {
+    return call_operator("quantized::linear_prepack",
+                         {quantized_weight(weight, choice.weight), bias.defined() ? c10::IValue(bias) : c10::IValue()});
+}
+
+// The layer's output as the engine in effect computes it under `choice`, from its packed weights.
+inline at::Tensor linear_dynamic_output(const at::Tensor& input, const c10::IValue& packed,
                                         const dynamic_weight_choice& choice) {
-    const c10::IValue packed = call_operator(
-        "quantized::linear_prepack",
-        {quantized_weight(weight, choice.weight), bias.defined() ? c10::IValue(bias) : c10::IValue()});
     return call_operator("quantized::linear_dynamic", {input, packed, choice.reduce_range}).toTensor();
 }
 
@@ -60,6 +64,12 @@ inline std::string describe(const dynamic_weight_choice& choice) {
 }
 
 }  // namespace weight_choice_detail
+
+// The calibration samples each choice is measured on: the leading batches up to this many
+// samples (whole batches, at least one). One float pass over them records every layer's input;
+// the choice then costs a few calls of the layer per candidate. 32 samples (one batch of the CLI)
+// flipped 4 of the zoo's 60 near-tie choices against all 64 (docs/weight-choice.md), so 64.
+inline constexpr std::int64_t dynamic_choice_samples = 64;
 
 // The candidates for a layer whose backend gives `standard`: its weights per tensor too when
 // they are per channel (a backend's per-tensor option is the user's choice and stays), and
@@ -78,8 +88,8 @@ inline std::vector<dynamic_weight_choice> dynamic_weight_candidates(const dynami
 }
 
 // The candidate with the least squared error at the layer's output over `inputs` (what the layer
-// read on the calibration data), with the engine in effect (an engine_scope); the first on a tie.
-// `reason` says what each candidate gave.
+// read on `samples` calibration samples), with the engine in effect (an engine_scope); the first
+// on a tie. `reason` says what each candidate gave.
 struct measured_weight_choice {
     dynamic_weight_choice choice;
     std::string reason;
@@ -87,8 +97,12 @@ struct measured_weight_choice {
 
 inline measured_weight_choice choose_dynamic_weights(const at::Tensor& weight, const at::Tensor& bias,
                                                      const std::vector<at::Tensor>& inputs,
-                                                     const std::vector<dynamic_weight_choice>& candidates) {
+                                                     const std::vector<dynamic_weight_choice>& candidates,
+                                                     std::int64_t samples) {
     const ::torch::NoGradGuard no_grad;
+    std::vector<c10::IValue> packed;  // once per candidate: quantizing and packing cost more than a call
+    for (const dynamic_weight_choice& candidate : candidates)
+        packed.push_back(weight_choice_detail::packed_weights(weight, bias, candidate));
     std::vector<double> noise(candidates.size(), 0.0);
     double signal = 0.0;
     for (const at::Tensor& input : inputs) {
@@ -96,7 +110,7 @@ inline measured_weight_choice choose_dynamic_weights(const at::Tensor& weight, c
                                          .to(at::kDouble);
         signal += reference.pow(2).sum().item<double>();
         for (std::size_t i = 0; i < candidates.size(); ++i)
-            noise[i] += (weight_choice_detail::linear_dynamic_output(input, weight, bias, candidates[i]).to(at::kDouble) -
+            noise[i] += (weight_choice_detail::linear_dynamic_output(input, packed[i], candidates[i]).to(at::kDouble) -
                          reference)
                             .pow(2)
                             .sum()
@@ -111,7 +125,8 @@ inline measured_weight_choice choose_dynamic_weights(const at::Tensor& weight, c
             others += (others.empty() ? "" : ", ") + weight_choice_detail::describe(candidates[i]) + " " +
                       weight_choice_detail::decibels(signal, noise[i]);
     const std::string reason = weight_choice_detail::describe(candidates[best]) + ": layer output " +
-                               weight_choice_detail::decibels(signal, noise[best]) + " on the calibration data under " +
+                               weight_choice_detail::decibels(signal, noise[best]) + " on " + std::to_string(samples) +
+                               " calibration samples under " +
                                engine_name(at::globalContext().qEngine()) + (others.empty() ? "" : " (" + others + ")");
     return {candidates[best], reason};
 }

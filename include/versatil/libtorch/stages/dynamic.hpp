@@ -96,14 +96,16 @@ inline void preprocess_as_insert_observers(const ::torch::jit::Module& module) {
     }
 }
 
-// Each targeted linear's weight scheme and reduce_range measured on `batches` with the engine in
-// effect (dynamic_weight_choice.hpp), one adjustment per layer saying what it chose and why.
+// Each targeted linear's weight scheme and reduce_range measured on the leading
+// dynamic_choice_samples of `batches` with the engine in effect (dynamic_weight_choice.hpp), one
+// adjustment per layer saying what it chose and why.
 inline std::vector<adjustment> choose_measured_weights(const ::torch::jit::Module& frozen,
                                                        std::vector<targeted_linear>& linears,
                                                        const std::vector<batch>& batches) {
     std::vector<::torch::jit::Node*> nodes;
     for (const targeted_linear& linear : linears) nodes.push_back(linear.node);
-    const std::vector<std::vector<at::Tensor>> inputs = linear_inputs(frozen, nodes, batches);
+    const std::vector<batch> sample = leading_batches(batches, dynamic_choice_samples);
+    const std::vector<std::vector<at::Tensor>> inputs = linear_inputs(frozen, nodes, sample);
     std::vector<adjustment> chosen;
     for (std::size_t i = 0; i < linears.size(); ++i) {
         ::torch::jit::Node* node = linears[i].node;
@@ -111,7 +113,7 @@ inline std::vector<adjustment> choose_measured_weights(const ::torch::jit::Modul
         const c10::IValue bias = *::torch::jit::toIValue(node->input(2));
         const measured_weight_choice measured = choose_dynamic_weights(
             weight, bias.isTensor() ? bias.toTensor() : at::Tensor(), inputs[i],
-            dynamic_weight_candidates(linears[i].quantized, linears[i].reduce_range_asked));
+            dynamic_weight_candidates(linears[i].quantized, linears[i].reduce_range_asked), samples_in(sample));
         linears[i].quantized = measured.choice;
         chosen.push_back({call_stack_path(node).value_or(""), measured.reason});
     }

@@ -65,20 +65,24 @@ inline std::optional<bool> flush_denormal_state() {
 }
 
 // Sets the intra-op thread count for a scope and puts the previous one back; `threads` <= 0
-// leaves it alone.
+// leaves it alone. Set even when at::get_num_threads() already gives it: that is OpenMP's
+// count, while QNNPACK's pthreadpool starts with one thread per core and only
+// at::set_num_threads resizes it (Debian's LibTorch reports 1 on a 2-core machine and ran
+// QNNPACK's ops on 2 spinning threads at --threads 1, 3-30x slower on a busy machine).
 class scoped_num_threads {
 public:
-    explicit scoped_num_threads(int threads) : previous_(at::get_num_threads()) {
-        if (threads > 0 && threads != previous_) at::set_num_threads(threads);
+    explicit scoped_num_threads(int threads) : previous_(at::get_num_threads()), set_(threads > 0) {
+        if (set_) at::set_num_threads(threads);
     }
     ~scoped_num_threads() {
-        if (at::get_num_threads() != previous_) at::set_num_threads(previous_);
+        if (set_) at::set_num_threads(previous_);
     }
     scoped_num_threads(const scoped_num_threads&) = delete;
     scoped_num_threads& operator=(const scoped_num_threads&) = delete;
 
 private:
     int previous_;
+    bool set_;
 };
 
 struct engine_settings {

@@ -21,6 +21,8 @@
 #include <memory>
 #include <unordered_map>
 
+#include "versatil/libtorch/torchscript/graph_walk.hpp"
+
 namespace versatil::libtorch {
 
 namespace detail {
@@ -58,13 +60,16 @@ inline ::torch::jit::Module in_own_unit(const ::torch::jit::Module& module) {
 // What Module::clone gives (new types, the data copied), in a compilation unit of its own, with
 // the convolutions of a traced model (aten::_convolution, all arguments spelled out) written as
 // a scripted one's (aten::conv2d, ...), so that counting, layer finding and the accuracy steps
-// see one form. LibTorch's quantization makes the same rewrite when it inserts observers.
+// see one form. LibTorch's quantization makes the same rewrite when it inserts observers. Only
+// on graphs holding aten::_convolution: the rewrite parses its dozen IR patterns anew on every
+// call, and calling it on every method of every submodule was most of prepare's cold time.
 inline ::torch::jit::Module private_clone(const ::torch::jit::Module& module) {
     ::torch::jit::Module clone = in_own_unit(module).clone();
     for (const ::torch::jit::Module& submodule : clone.modules())
         for (const ::torch::jit::Method& method : submodule.get_methods()) {
             std::shared_ptr<::torch::jit::Graph> graph = method.graph();
-            ::torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+            if (has_node_of_kind(graph, {c10::aten::_convolution}))
+                ::torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
         }
     return clone;
 }
