@@ -320,9 +320,10 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
 
 namespace {
 
-// Two convolutions of one input joined in place, then concatenated: with `b` alone quantized, the
-// in-place add writes to `a`'s output, a value of the float prefix (float_prefix.hpp), which the
-// rows must read as it was before the write.
+// Two convolutions of one input joined in place, then concatenated. Written for the in-place add
+// to write to `a`'s output, a value of the float prefix (float_prefix.hpp) when `b` alone is
+// quantized; but the converted model writes to no prefix value here (turning off the copies
+// float_prefix.hpp makes before a write left this test passing), so those copies are untested.
 ::torch::jit::Module in_place_join() {
     return libtorch::detail::instantiate(
         "__torch__.versatil_test.InPlaceJoin", "",
@@ -351,7 +352,7 @@ double sqnr_db(const model_outputs& reference, const model_outputs& outputs) {
 // force: the whole switched model run with each layer's switches on, and (per_layer_sqnr) a
 // layer on a grid observed elsewhere (resnet_cnn's fc, after average pooling, calibrated in a
 // group of its own) quantized alone and run whole. Models with a residual add, a concatenation,
-// an in-place add of a value the row's layer does not change, depthwise convolutions.
+// depthwise convolutions. Seen failing with the switched layers left out of the rows' graphs.
 TEST_CASE("per-layer rows from the float prefix are the whole switched model's, layer by layer") {
     const quantize_data data{versatil::testing::smooth_batches(2, 16, 1), versatil::testing::smooth_batches(2, 8, 2),
                              std::nullopt};
