@@ -56,9 +56,16 @@ public:
 
     // Quantizes `layer`'s linear ops (true) or runs them in float (false).
     void quantize_layer(const std::string& layer, bool on) {
+        for (const std::string& name : switch_names(layer)) module_.setattr(name, on);
+    }
+
+    // The module's bool attributes that quantize_layer(layer, ...) sets.
+    [[nodiscard]] std::vector<std::string> switch_names(const std::string& layer) const {
         check_analysed(layer);
+        std::vector<std::string> names;
         for (const linear_switch& linear : switches_)
-            if (sensitivity_detail::inside(linear.path, layer)) module_.setattr(linear.name, on);
+            if (sensitivity_detail::inside(linear.path, layer)) names.push_back(linear.name);
+        return names;
     }
 
     // The model as quantized with `kept` in float (the accuracy target's greedy search): every

@@ -37,6 +37,9 @@ public:
     void quantize_layer(const std::string& layer, bool on) {
         std::visit([&](auto& switches) { switches.quantize_layer(layer, on); }, switches_);
     }
+    [[nodiscard]] std::vector<std::string> switch_names(const std::string& layer) const {
+        return std::visit([&](const auto& switches) { return switches.switch_names(layer); }, switches_);
+    }
     void keep_in_float(const std::vector<std::string>& kept) {
         std::visit([&](auto& switches) { switches.keep_in_float(kept); }, switches_);
     }

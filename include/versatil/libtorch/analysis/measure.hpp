@@ -9,6 +9,7 @@
 #include <map>
 
 #include "versatil/libtorch/analysis/float_layers.hpp"
+#include "versatil/libtorch/analysis/float_prefix.hpp"
 #include "versatil/libtorch/analysis/layer_switches.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/analysis/sensitivity.hpp"
@@ -62,7 +63,9 @@ inline bool quantized_as_alone_together(const runtime_quantizer& quantizer, cons
 // option), the layer is quantized alone, calibrated on the first 8 calibration batches as the
 // analysis always did: static layers in groups of layers apart (groups_apart), each group
 // calibrated and converted once and its layers switched on in turn, or one lowering per layer
-// where the group's converted model cannot stand for one either.
+// where the group's converted model cannot stand for one either. A switched model's pass for a
+// layer runs from the layer on, from the float model's values before it, computed once a batch
+// for all its layers (float_prefix.hpp).
 // Each layer is evaluated on the first samples of `evaluation` that `requested_samples` asks
 // for (quantize_options::per_layer_samples); `reference_outputs`, when given, are the float
 // model's on all of `evaluation` (measure() has them), used when every sample is. `progress`
@@ -95,31 +98,39 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
         layer_switches::make(model, plan_for(quantizer), converted, layers, calibration);
     progress_bar bar("per-layer analysis", static_cast<std::int64_t>(layers.size()), progress);
     std::map<std::string, double> figures;
+    std::int64_t measured = 0;
+    const auto measured_one = [&](const std::string& layer) { bar.update(++measured, layer); };
     const auto add = [&](const std::string& layer, double sqnr_db) {
         figures[layer] = sqnr_db;
-        bar.update(static_cast<std::int64_t>(figures.size()), layer);
+        measured_one(layer);
     };
-    // Output SQNR of a switched model with `layer`'s switches on.
-    const auto switched_on = [&](auto& on, const std::string& layer) {
-        on.quantize_layer(layer, true);
-        const double sqnr_db = compare_outputs(reference, run_batches(on.module(), evaluation)).overall.sqnr_db;
-        on.quantize_layer(layer, false);
-        return sqnr_db;
+    // Output SQNR of a switched model with each of `rows`' switches on in turn, from its float
+    // prefix run once a batch (float_prefix.hpp).
+    const auto switched_rows = [&](const auto& switched, const std::vector<std::string>& rows) {
+        std::vector<std::vector<std::string>> names;
+        for (const std::string& layer : rows) names.push_back(switched.switch_names(layer));
+        const std::vector<model_outputs> outputs =
+            outputs_per_row(switched.module(), names, evaluation, [&](std::size_t row) { measured_one(rows[row]); });
+        for (std::size_t row = 0; row < rows.size(); ++row)
+            figures[rows[row]] = compare_outputs(reference, outputs[row]).overall.sqnr_db;
     };
     const auto alone = [&](const std::string& layer) {
         return sqnr_quantized_alone(model, quantizer, layer, subset, reference, evaluation, threads);
     };
     std::vector<std::string> on_borrowed_grids;  // static layers the converted model cannot stand for alone
+    std::vector<std::string> switched;           // the others, when there are switches
     for (const std::string& layer : layers) {
-        if (!switches) {
+        if (!switches)
             add(layer, alone(layer));
-        } else if (!switches->stands_for_alone(layer)) {
+        else if (!switches->stands_for_alone(layer))
             on_borrowed_grids.push_back(layer);
-        } else {
-            std::optional<engine_scope> pinned;
-            if (switches->engine()) pinned.emplace(engine_settings{*switches->engine(), threads, std::nullopt});
-            add(layer, switched_on(*switches, layer));
-        }
+        else
+            switched.push_back(layer);
+    }
+    if (switches && !switched.empty()) {
+        std::optional<engine_scope> pinned;
+        if (switches->engine()) pinned.emplace(engine_settings{*switches->engine(), threads, std::nullopt});
+        switched_rows(*switches, switched);
     }
     if (const switchable_quantization* switchable = switches ? switches->static_switches() : nullptr) {
         const auto may_join = [&](const std::string& a, const std::string& b) {
@@ -134,13 +145,17 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
                                                     {.threads = threads, .per_layer = false, .progress = false},
                                                     run_until::converted);
             switchable_quantization group_switches(done.converted->module, group, ::torch::jit::QuantType::STATIC);
+            std::vector<std::string> rows;  // the layers the group's converted model stands for alone
             for (const std::string& layer : group) {
                 const bool apart = std::ranges::none_of(group, [&](const std::string& other) {
                     return other != layer && group_switches.share_a_value(other, layer);
                 });
-                add(layer, apart && group_switches.stands_for_alone(layer) ? switched_on(group_switches, layer)
-                                                                           : alone(layer));
+                if (apart && group_switches.stands_for_alone(layer))
+                    rows.push_back(layer);
+                else
+                    add(layer, alone(layer));
             }
+            switched_rows(group_switches, rows);
         }
     }
     std::vector<layer_sqnr> result;  // in the model's order before sorting, whichever way each was measured

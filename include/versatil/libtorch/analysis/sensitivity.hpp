@@ -188,7 +188,14 @@ public:
 
     // Quantizes `layer`'s values (true) or lets them pass as they are (false).
     void quantize_layer(const std::string& layer, bool on) {
-        for (::torch::jit::Node* quantize : layers_.at(layer)) module_.setattr(switches_.at(quantize), on);
+        for (const std::string& name : switch_names(layer)) module_.setattr(name, on);
+    }
+
+    // The module's bool attributes that quantize_layer(layer, ...) sets.
+    [[nodiscard]] std::vector<std::string> switch_names(const std::string& layer) const {
+        std::vector<std::string> names;
+        for (::torch::jit::Node* quantize : layers_.at(layer)) names.push_back(switches_.at(quantize));
+        return names;
     }
 
     // The model as quantized with `kept` in float: a quantize op is off when every layer it
