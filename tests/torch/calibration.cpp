@@ -470,7 +470,8 @@ TEST_CASE("calibration=output chooses the range the output needs, where auto cho
     calibrate(prepared, calibration, {false});
     REQUIRE(prepared.float_model);
     const output_range_summary summary =
-        choose_output_ranges(prepared, *prepared.float_model, calibration, [](const std::string&) { return true; });
+        choose_output_ranges(prepared, *prepared.float_model, calibration, [](const std::string&) { return true; },
+                             [](prepared_model&& copy) { return convert(std::move(copy)); });
     // The input is the one quantized value: x86_inductor leaves the model's output float.
     REQUIRE(summary.choices.size() == 1);
     const output_range_choice& choice = summary.choices.front();

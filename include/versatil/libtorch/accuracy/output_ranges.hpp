@@ -26,7 +26,6 @@
 
 #include "versatil/libtorch/observers/histogram_ranges.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
-#include "versatil/libtorch/stages/convert.hpp"
 #include "versatil/libtorch/torchscript/batch.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
@@ -150,11 +149,13 @@ inline std::vector<std::pair<std::string, std::string>> quantized_in_order(const
 
 // Chooses, in `calibrated`, the range of every auto-observed activation whose module `in_scope`
 // selects, by the output SQNR against `reference` (prepare's float model) on the leading
-// `options.max_samples` of `calibration`; writes each choice into its observer.
-template <class InScope>
+// `options.max_samples` of `calibration`; writes each choice into its observer. `convert` is the
+// sequence's convert stage (prepared_model&& -> converted_model), handed in: an accuracy step runs
+// inside the stage sequence, which includes the steps, so a step cannot include the stages.
+template <class InScope, class Convert>
 output_range_summary choose_output_ranges(prepared_model& calibrated, const ::torch::jit::Module& reference,
                                           const std::vector<batch>& calibration, InScope&& in_scope,
-                                          const output_range_options& options = {}) {
+                                          Convert&& convert, const output_range_options& options = {}) {
     using namespace output_ranges_detail;
     output_range_summary summary;
     std::vector<searched_activation> activations;
@@ -241,7 +242,8 @@ output_range_summary choose_output_ranges(prepared_model& calibrated, const ::to
 // convert; every choice noted in the report, with the output SQNR of each candidate.
 struct output_ranges_step {
     static bool applies(const target_plan& target) { return target.chooses_output_ranges; }
-    static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
+    template <class Convert>
+    static void run(prepared_model& calibrated, const std::vector<batch>& calibration, Convert&& convert) {
         using output_ranges_detail::decibels;
         const quantization_plan& plan = calibrated.plan;
         if (!calibrated.float_model) return;
@@ -249,7 +251,7 @@ struct output_ranges_step {
             return plan.target_with(path, &target_plan::chooses_output_ranges).has_value();
         };
         const output_range_summary summary =
-            choose_output_ranges(calibrated, *calibrated.float_model, calibration, in_scope);
+            choose_output_ranges(calibrated, *calibrated.float_model, calibration, in_scope, convert);
         std::size_t changed = 0;
         for (const output_range_choice& choice : summary.choices) {
             changed += choice.chosen != choice.automatic ? 1 : 0;

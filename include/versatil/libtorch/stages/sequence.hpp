@@ -140,11 +140,12 @@ stage_results run_sequence(const ::torch::jit::Module& model, const quantization
         prepared_model prepared = prepare(model, plan);
         done.training = calibrate_or_train(prepared, done.data, options);
         if (until == run_until::calibrated) return done;
-        if (!done.training) run_steps_at(prepared, done.data.calibration, steps);
+        const auto convert_stage = [](prepared_model&& copy) { return convert(std::move(copy)); };
+        if (!done.training) run_steps_at(prepared, done.data.calibration, steps, convert_stage);
         // Each stage takes over the model of the one before (no copy of the weights) unless the
         // per-layer analysis reads the converted model after lowering.
         converted_model converted = convert(std::move(prepared));
-        run_steps_at(converted, done.data.calibration, steps);
+        run_steps_at(converted, done.data.calibration, steps, convert_stage);
         if (until == run_until::lowered && (done.training || !options.per_layer))
             done.lowered = lower(std::move(converted), lowering);
         else if (until == run_until::lowered)
