@@ -107,7 +107,9 @@ inline std::optional<row_slice> slice_for(const Graph& graph, const std::vector<
         values_read(reader, reader, top, read);
         bool reaches = slice.reached.contains(reader);
         for (const Value* value : read) reaches = reaches || changed.contains(value);
-        if (!reaches) return;
+        // The return reads the prefix's values even where no switch reaches it (a row with no
+        // switches, such as a layer the converted model left float): the row returns those.
+        if (!reaches && reader->kind() != c10::prim::Return) return;
         for (const Value* value : read)
             if (!changed.contains(value) && !recomputed(value->node()) && value != graph.inputs()[0] &&
                 read_set.insert(value).second)
