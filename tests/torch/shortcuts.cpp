@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -404,6 +405,32 @@ TEST_CASE("per-layer rows from the float prefix are the whole switched model's, 
             CHECK(std::abs(row.sqnr_db - brute_force.at(row.name)) < 1e-4);
         }
     }
+}
+
+// A row with the float model's outputs is a float layer where the report lists the layer or a
+// module holding it as float (vit's attention out_proj in the zoo, whose weight a function
+// takes), and reads "identical" otherwise: a layer quantized with no loss at the output.
+TEST_CASE("per-layer rows of layers the model runs in float say so, in the table and the JSON") {
+    quantization_report report;
+    report.float_layers = {{"encoder.attention", "aten::linear", "inside an if branch"}};
+    const double identical = std::numeric_limits<double>::infinity();
+    report.per_layer = {{"encoder.fc", 31.5},
+                        {"encoder.attention.out_proj", identical},
+                        {"encoder.attention_norm", identical},  // a sibling whose name only starts alike
+                        {"encoder.attention", identical}};
+    report.per_layer_samples = 8;
+    const std::vector<bool> expected{false, true, false, true};
+    const nlohmann::json rows = to_json(report)["per_layer"];
+    REQUIRE(rows.size() == 4);
+    const std::string table = format_table(report);
+    for (std::size_t i = 0; i < 4; ++i) {
+        CAPTURE(report.per_layer[i].name);
+        CHECK(rows[i]["float"] == expected[i]);
+        CHECK(stays_float(report, report.per_layer[i]) == expected[i]);
+    }
+    CHECK(table.find("encoder.attention.out_proj float: not quantized (why above)") != std::string::npos);
+    CHECK(table.find("encoder.attention_norm identical") != std::string::npos);
+    CHECK(table.find("31.50 dB") != std::string::npos);
 }
 
 TEST_CASE("per_layer_samples limits the per-layer analysis to the first samples, and the report says so") {

@@ -222,11 +222,15 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep, figures, options="",
         if missing:
             problems.append(f"per-layer SQNR lacks {missing}")
         # (A null row, identical outputs, is a layer LibTorch leaves float: attention's out_proj,
-        # whose weight nn.MultiheadAttention hands to a function instead of calling the module.)
+        # whose weight nn.MultiheadAttention hands to a function instead of calling the module.
+        # The report marks it float, since the float-layer list names the attention holding it.)
         unmeasured = [f"{layer['name']} {layer['sqnr_db']}" for layer in report["per_layer"]
                       if layer["sqnr_db"] is not None and layer["sqnr_db"] >= FLOAT_LIKE_DB]
         if unmeasured:
             problems.append(f"per-layer rows where the layer stayed float: {unmeasured}")
+        unmarked = [layer["name"] for layer in report["per_layer"] if (layer["sqnr_db"] is None) != layer["float"]]
+        if unmarked:
+            problems.append(f"per-layer rows whose float mark disagrees with their identical outputs: {unmarked}")
     summary = (f"{report['quantized_ops']}/{report['quantizable_ops']} ops, SQNR "
                f"{report['sqnr_db'] if report['sqnr_db'] is None else round(report['sqnr_db'], 2)} dB"
                + (f" (floor {floor:.2f})" if floor is not None and floor != float("inf") else "")

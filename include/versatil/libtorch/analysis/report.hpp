@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -130,6 +131,16 @@ struct quantization_report {
     double speedup() const { return float_ms / quantized_ms; }
 };
 
+// Whether a per-layer row stands for a layer the quantized model runs in float: its outputs are
+// the float model's (no finite SQNR) and the report lists the layer, or a module holding it, as
+// float. Attention's out_proj is one: nn.MultiheadAttention hands its weight to a function and
+// never calls the module, so its row would otherwise read as quantized without loss.
+inline bool stays_float(const quantization_report& report, const layer_sqnr& row) {
+    return !std::isfinite(row.sqnr_db) && std::ranges::any_of(report.float_layers, [&](const float_layer& layer) {
+               return row.name == layer.name || row.name.starts_with(layer.name + ".");
+           });
+}
+
 namespace detail {
 // JSON has no infinity: identical outputs give an SQNR of null.
 inline nlohmann::json finite_or_null(double value) {
@@ -169,7 +180,9 @@ inline nlohmann::json to_json(const quantization_report& report) {
         libtorch_warnings.push_back({{"text", warning.text}, {"count", warning.count}});
     nlohmann::json per_layer = nlohmann::json::array();
     for (const layer_sqnr& layer : report.per_layer)
-        per_layer.push_back({{"name", layer.name}, {"sqnr_db", detail::finite_or_null(layer.sqnr_db)}});
+        per_layer.push_back({{"name", layer.name},
+                             {"sqnr_db", detail::finite_or_null(layer.sqnr_db)},
+                             {"float", stays_float(report, layer)}});
     nlohmann::json firmware = nullptr;
     if (const std::optional<firmware_report>& f = report.firmware)
         firmware = {{"namespace", f->namespace_name},
@@ -335,7 +348,8 @@ inline std::string format_table(const quantization_report& report) {
     if (!report.per_layer.empty()) {
         text += "per layer (output SQNR with only that layer quantized, worst first; " +
                 std::to_string(report.per_layer_samples) + " samples)\n";
-        for (const layer_sqnr& layer : report.per_layer) row(layer.name.c_str(), sqnr(layer.sqnr_db));
+        for (const layer_sqnr& layer : report.per_layer)
+            row(layer.name.c_str(), stays_float(report, layer) ? "float: not quantized (why above)" : sqnr(layer.sqnr_db));
     }
     return text;
 }
