@@ -375,7 +375,8 @@ TEST_CASE("per-layer rows from the float prefix are the whole switched model's, 
         REQUIRE(rows.size() == layers.size() + 1);
         const model_outputs all_off = run_batches(switches.module(), data.evaluation);
         REQUIRE(rows.back().tensors.size() == all_off.tensors.size());
-        for (std::size_t i = 0; i < all_off.tensors.size(); ++i) CHECK(rows.back().tensors[i].equal(all_off.tensors[i]));
+        for (std::size_t i = 0; i < all_off.tensors.size(); ++i)
+            CHECK(rows.back().tensors[i].equal(all_off.tensors[i]));
         std::map<std::string, double> brute_force;
         for (std::size_t i = 0; i < layers.size(); ++i) {
             const std::string& layer = layers[i];

@@ -349,7 +349,8 @@ inline std::string format_table(const quantization_report& report) {
         text += "per layer (output SQNR with only that layer quantized, worst first; " +
                 std::to_string(report.per_layer_samples) + " samples)\n";
         for (const layer_sqnr& layer : report.per_layer)
-            row(layer.name.c_str(), stays_float(report, layer) ? "float: not quantized (why above)" : sqnr(layer.sqnr_db));
+            row(layer.name.c_str(),
+                stays_float(report, layer) ? "float: not quantized (why above)" : sqnr(layer.sqnr_db));
     }
     return text;
 }
