@@ -2,7 +2,8 @@
 // (Debian's dataset-fashion-mnist) and on one scripted in Python: cross-layer equalization keeps
 // the float model's function and equalizes paired weight ranges, each option changes what is
 // quantized, bias correction removes the mean output error, GPTQ keeps its weights on convert's
-// grid and fits each layer's output better, and the caller's model is left as it was. Figures are printed (torch_tests -sf='*accuracy_steps.cpp' -s) for the notes and RESULTS.md.
+// grid and fits each layer's output better, and the caller's model is left as it was. Figures
+// are printed (torch_tests -sf='*accuracy_steps.cpp' -s) for the notes and RESULTS.md.
 #include "doctest_with_torch.hpp"
 #include "torch_test_helpers.hpp"
 
@@ -72,7 +73,8 @@ std::map<std::string, double> activation_scales(const ::torch::jit::Module& conv
     std::map<std::string, double> scales;
     for (const auto& item : converted.named_modules())
         for (const auto& attribute : item.value.named_attributes(/*recurse=*/false))
-            if (!attribute.name.starts_with("weight") && attribute.name.ends_with("_scale_0") && attribute.value.isDouble())
+            if (!attribute.name.starts_with("weight") && attribute.name.ends_with("_scale_0") &&
+                attribute.value.isDouble())
                 scales.emplace(item.name + "." + attribute.name, attribute.value.toDouble());
     return scales;
 }
@@ -89,7 +91,8 @@ converted_model calibrated_and_converted(const ::torch::jit::Module& model, std:
 double mean_output_bias(const trained_classifier& t, const lowered_model& lowered) {
     const engine_scope engine(engine_settings{lowered.plan.engine, 1, std::nullopt});
     const at::Tensor reference = run_batches(t.model, t.data.evaluation).tensors.front().to(at::kDouble);
-    const at::Tensor quantized = run_batches(lowered.module.deepcopy(), t.data.evaluation).tensors.front().to(at::kDouble);
+    const at::Tensor quantized =
+        run_batches(lowered.module.deepcopy(), t.data.evaluation).tensors.front().to(at::kDouble);
     return (quantized - reference).mean(0).abs().mean().item<double>();
 }
 
@@ -135,7 +138,8 @@ TEST_CASE("cross-layer equalization keeps the float outputs and equalizes the pa
         const at::Tensor w2 = find_submodule(model, link.consumer).attr("weight").toTensor().to(at::kDouble);
         const std::int64_t groups = w1.size(0) / w2.size(1);
         const at::Tensor r1 = w1.abs().reshape({w1.size(0), -1}).amax(1);
-        const at::Tensor r2 = w2.abs().reshape({groups, w2.size(0) / groups, w2.size(1), -1}).amax({1, 3}).reshape({-1});
+        const at::Tensor r2 =
+            w2.abs().reshape({groups, w2.size(0) / groups, w2.size(1), -1}).amax({1, 3}).reshape({-1});
         CHECK(((r1 - r2).abs() / r1).max().item<double>() < 1e-4);
     }
     // ... and a per-tensor scale fits the channels better, most where it fitted worst.
@@ -162,9 +166,11 @@ TEST_CASE("each option changes what is quantized") {
     REQUIRE(plain_weights.size() == 8);
     REQUIRE(equalized_weights.size() == plain_weights.size());
     int weights_changed = 0;
-    for (const auto& [name, scale] : plain_weights) weights_changed += at::equal(scale, equalized_weights.at(name)) ? 0 : 1;
+    for (const auto& [name, scale] : plain_weights)
+        weights_changed += at::equal(scale, equalized_weights.at(name)) ? 0 : 1;
     CHECK(weights_changed == 7);  // every equalized conv; the fc is in no chain
-    const auto plain_activations = activation_scales(plain.module), equalized_activations = activation_scales(equalized.module);
+    const auto plain_activations = activation_scales(plain.module),
+               equalized_activations = activation_scales(equalized.module);
     int activations_changed = 0;
     for (const auto& [name, scale] : plain_activations)
         activations_changed += equalized_activations.count(name) && equalized_activations.at(name) != scale ? 1 : 0;
@@ -173,9 +179,10 @@ TEST_CASE("each option changes what is quantized") {
     CHECK(activations_changed > 0);
 
     // bias_correction: after calibration, the biases of the converted model.
-    converted_model corrected = calibrated_and_converted(t.model, "xnnpack:per_tensor,bias_correction", t.data.calibration);
-    REQUIRE(corrected.float_model.has_value());
-    CHECK_FALSE(plain.float_model.has_value());  // kept only where a target corrects biases
+    converted_model corrected =
+        calibrated_and_converted(t.model, "xnnpack:per_tensor,bias_correction", t.data.calibration);
+    REQUIRE(corrected.folded_model.has_value());
+    CHECK_FALSE(plain.folded_model.has_value());  // kept only where a target corrects biases
     ::torch::jit::Module before = corrected.module.clone();
     correct_biases_for_targets(corrected, t.data.calibration);
     int biases_changed = 0;
@@ -188,7 +195,8 @@ TEST_CASE("each option changes what is quantized") {
     CHECK(weight_scales(corrected.module).size() == 8);
     REQUIRE_FALSE(corrected.adjustments.empty());
     MESSAGE(corrected.adjustments.back().change);
-    CHECK(corrected.adjustments.back().change.starts_with("bias correction: 8 layer(s) corrected on 256 of the 512 calibration samples"));
+    CHECK(corrected.adjustments.back().change.starts_with(
+        "bias correction: 8 layer(s) corrected on 256 of the 512 calibration samples"));
 }
 
 TEST_CASE("bias correction lowers the mean output error on held-out data" * doctest::test_suite("yardstick")) {
@@ -198,7 +206,8 @@ TEST_CASE("bias correction lowers the mean output error on held-out data" * doct
         for (const std::string spec : {"xnnpack:per_tensor", "x86_inductor"}) {
             CAPTURE(kind);
             CAPTURE(spec);
-            const runtime_quantizer plain = whole_model(spec), corrected = whole_model(with_options(spec, "bias_correction"));
+            const runtime_quantizer plain = whole_model(spec),
+                                    corrected = whole_model(with_options(spec, "bias_correction"));
             const double without = mean_output_bias(t, quantize_model(t.model, plain, t.data, {.progress = false}));
             const double with = mean_output_bias(t, quantize_model(t.model, corrected, t.data, {.progress = false}));
             MESSAGE(kind << " " << spec << ": mean |E[q - f]| per logit " << without << " -> " << with);
@@ -250,18 +259,21 @@ TEST_CASE("gptq's unfolded inputs times the weight matrix are the convolution") 
         bool one_d;
     };
     for (const conv_case& c : {conv_case{{3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, 4, 6, false},
-                               conv_case{{3, 3}, {2, 2}, {1, 1}, {1, 1}, 8, 8, 8, false},     // depthwise, strided
-                               conv_case{{3, 2}, {1, 2}, {2, 0}, {2, 1}, 2, 4, 6, false},     // uneven, dilated, grouped
+                               conv_case{{3, 3}, {2, 2}, {1, 1}, {1, 1}, 8, 8, 8, false},    // depthwise, strided
+                               conv_case{{3, 2}, {1, 2}, {2, 0}, {2, 1}, 2, 4, 6, false},    // uneven, dilated, grouped
                                conv_case{{1, 5}, {1, 2}, {0, 2}, {1, 1}, 1, 3, 5, true}}) {  // 1-d as height 1
         const at::Tensor input = c.one_d ? at::randn({2, c.in, 11}) : at::randn({2, c.in, 9, 10});
         std::vector<std::int64_t> weight_shape{c.out, c.in / c.groups};
         for (std::size_t d = c.one_d ? 1 : 0; d < c.kernel.size(); ++d) weight_shape.push_back(c.kernel[d]);
         const at::Tensor weight = at::randn(weight_shape);
-        const auto last = [&](const std::vector<std::int64_t>& v) { return c.one_d ? std::vector<std::int64_t>{v.back()} : v; };
-        const at::Tensor expected = c.one_d ? at::conv1d(input, weight, {}, last(c.stride), last(c.padding), last(c.dilation), c.groups)
-                                            : at::conv2d(input, weight, {}, c.stride, c.padding, c.dilation, c.groups);
-        const at::Tensor rows =
-            libtorch::detail::unfolded_rows(input, {c.kernel, c.stride, c.padding, c.dilation, c.groups, c.one_d});  // [g, N x L, width]
+        const auto last = [&](const std::vector<std::int64_t>& v) {
+            return c.one_d ? std::vector<std::int64_t>{v.back()} : v;
+        };
+        const at::Tensor expected =
+            c.one_d ? at::conv1d(input, weight, {}, last(c.stride), last(c.padding), last(c.dilation), c.groups)
+                    : at::conv2d(input, weight, {}, c.stride, c.padding, c.dilation, c.groups);
+        const at::Tensor rows = libtorch::detail::unfolded_rows(
+            input, {c.kernel, c.stride, c.padding, c.dilation, c.groups, c.one_d});  // [g, N x L, width]
         const at::Tensor matrices = weight.reshape({c.groups, c.out / c.groups, -1});
         const at::Tensor product = at::bmm(rows, matrices.transpose(1, 2));  // [g, N x L, out / g]
         const std::int64_t samples = input.size(0), positions = rows.size(1) / samples;
@@ -271,26 +283,28 @@ TEST_CASE("gptq's unfolded inputs times the weight matrix are the convolution") 
     }
 }
 
-TEST_CASE("gptq puts every weight on its observer's grid and fits each layer's output better than rounding to nearest") {
+TEST_CASE(
+    "gptq puts every weight on its observer's grid and fits each layer's output better than rounding to nearest") {
     versatil::testing::require_fashion_mnist();
     // mobilenet: depthwise (one H per channel) and pointwise convolutions, a linear head; mlp:
     // linear layers. Per-channel and per-tensor grids, signed and unsigned.
-    for (const auto& [kind, spec] : {std::pair{"mobilenet", "x86_inductor:gptq"}, std::pair{"mobilenet", "xnnpack:per_tensor,gptq"},
-                                     std::pair{"mlp", "xnnpack:gptq"}}) {
+    for (const auto& [kind, spec] :
+         {std::pair{"mobilenet", "x86_inductor:gptq"}, std::pair{"mobilenet", "xnnpack:per_tensor,gptq"},
+          std::pair{"mlp", "xnnpack:gptq"}}) {
         CAPTURE(kind);
         CAPTURE(spec);
         const trained_classifier& t = trained_fashion_mnist(kind);
         prepared_model prepared = prepare(t.model, whole_model(spec));
         calibrate(prepared, t.data.calibration, {false});
-        REQUIRE(prepared.float_model.has_value());
+        REQUIRE(prepared.folded_model.has_value());
         std::map<std::string, at::Tensor> original;
         std::map<std::string, std::pair<at::Tensor, at::Tensor>> grids;
-        for (const weighted_layer& layer : find_layer_graph(*prepared.float_model).layers) {
+        for (const weighted_layer& layer : find_layer_graph(*prepared.folded_model).layers) {
             const ::torch::jit::Module module = find_submodule(prepared.module, layer.path);
             original.emplace(layer.path, module.attr("weight").toTensor().clone());
             grids.emplace(layer.path, weight_qparams(module));
         }
-        const rounding_summary summary = round_weights(prepared, *prepared.float_model, t.data.calibration,
+        const rounding_summary summary = round_weights(prepared, *prepared.folded_model, t.data.calibration,
                                                    [](const std::string&) { return true; });
         CHECK(summary.samples == 256);
         CHECK(summary.skipped.empty());
@@ -313,7 +327,8 @@ TEST_CASE("gptq puts every weight on its observer's grid and fits each layer's o
                 (original.at(layer.path).to(at::kDouble).reshape({weight.size(0), -1}) / scale.view(per_row)).round() +
                 zero_point.view(per_row);
             const auto moved = (levels.round() != nearest_levels).sum().item<std::int64_t>();
-            MESSAGE(layer.path << ": " << moved << " of " << levels.numel() << " weights off their nearest level; output error "
+            MESSAGE(layer.path << ": " << moved << " of " << levels.numel()
+                               << " weights off their nearest level; output error "
                                << layer.rounded_error / layer.nearest_error << " of round-to-nearest's");
             CHECK(moved > 0);  // not round-to-nearest again
             CHECK(layer.rounded_error <= layer.nearest_error);
@@ -340,10 +355,12 @@ TEST_CASE("gptq raises the SQNR on held-out images" * doctest::test_suite("yards
         for (const std::string spec : {"x86_inductor", "xnnpack"}) {
             CAPTURE(kind);
             CAPTURE(spec);
-            const quantization_report plain = quantize_with(t, spec), rounded = quantize_with(t, with_options(spec, "gptq"));
-            MESSAGE(kind << " " << spec << ": SQNR " << plain.sqnr_db << " -> " << rounded.sqnr_db << " dB with gptq, top-1 "
-                         << *plain.quantized_accuracy << " -> " << *rounded.quantized_accuracy << ", quantize "
-                         << plain.quantize_seconds << " -> " << rounded.quantize_seconds << " s");
+            const quantization_report plain = quantize_with(t, spec),
+                                      rounded = quantize_with(t, with_options(spec, "gptq"));
+            MESSAGE(kind << " " << spec << ": SQNR " << plain.sqnr_db << " -> " << rounded.sqnr_db
+                         << " dB with gptq, top-1 " << *plain.quantized_accuracy << " -> "
+                         << *rounded.quantized_accuracy << ", quantize " << plain.quantize_seconds << " -> "
+                         << rounded.quantize_seconds << " s");
             raised += rounded.sqnr_db > plain.sqnr_db ? 1 : 0;
             std::string notes;
             for (const adjustment& a : rounded.adjustments) notes += a.change + "\n";
@@ -358,8 +375,9 @@ TEST_CASE("gptq raises the SQNR on held-out images" * doctest::test_suite("yards
 TEST_CASE("the report states the steps per target and what each did") {
     versatil::testing::require_fashion_mnist();
     const trained_classifier& t = trained_fashion_mnist("mobilenet");
-    auto quantizer = runtime_quantizer::compose({{"features", *parse_backend_spec("xnnpack:per_tensor,cle,bias_correction")},
-                                                 {"fc", *parse_backend_spec("xnnpack:per_tensor")}});
+    auto quantizer =
+        runtime_quantizer::compose({{"features", *parse_backend_spec("xnnpack:per_tensor,cle,bias_correction")},
+                                    {"fc", *parse_backend_spec("xnnpack:per_tensor")}});
     REQUIRE(quantizer.has_value());
     const quantization_report report =
         quantize(t.model, *quantizer, t.data, {.per_layer = false, .progress = false}).report;
@@ -369,9 +387,10 @@ TEST_CASE("the report states the steps per target and what each did") {
     std::string changes;
     for (const adjustment& a : report.adjustments) changes += a.module_path + ": " + a.change + "\n";
     MESSAGE(changes);
-    CHECK(changes.find("features.0.0: cle: weight ranges equalized along features.0.0 -> features.1.depthwise -> "
-                       "features.1.pointwise -> features.2.depthwise -> features.2.pointwise -> features.3.depthwise -> "
-                       "features.3.pointwise") != std::string::npos);
+    CHECK(
+        changes.find("features.0.0: cle: weight ranges equalized along features.0.0 -> features.1.depthwise -> "
+                     "features.1.pointwise -> features.2.depthwise -> features.2.pointwise -> features.3.depthwise -> "
+                     "features.3.pointwise") != std::string::npos);
     CHECK(changes.find("features: bias correction: 7 layer(s) corrected") != std::string::npos);
     CHECK(changes.find("fc:") == std::string::npos);  // its target has neither option
     const nlohmann::json json = to_json(report);
@@ -385,9 +404,12 @@ TEST_CASE("the caller's model is left as it was") {
     const trained_classifier& t = trained_fashion_mnist("mobilenet");
     const auto before = tensors_of(t.model);
     const std::string graph_before = t.model.get_method("forward").graph()->toString();
-    (void)quantize(t.model, whole_model("x86_inductor:cle,bias_correction"), t.data, {.per_layer = true, .progress = false});
-    (void)quantize(t.model, whole_model("xnnpack:per_tensor,cle,bias_correction"), t.data, {.per_layer = false, .progress = false});
-    (void)quantize(t.model, whole_model("x86_inductor:gptq,bias_correction"), t.data, {.per_layer = false, .progress = false});
+    (void)quantize(t.model, whole_model("x86_inductor:cle,bias_correction"), t.data,
+                   {.per_layer = true, .progress = false});
+    (void)quantize(t.model, whole_model("xnnpack:per_tensor,cle,bias_correction"), t.data,
+                   {.per_layer = false, .progress = false});
+    (void)quantize(t.model, whole_model("x86_inductor:gptq,bias_correction"), t.data,
+                   {.per_layer = false, .progress = false});
     const auto after = tensors_of(t.model);
     REQUIRE(after.size() == before.size());
     for (const auto& [name, tensor] : before) {
@@ -407,7 +429,8 @@ TEST_CASE("linear -> relu -> linear chains equalize too, for static, dynamic and
     const at::Tensor images = t.data.evaluation[0].input(0);
     ::torch::jit::Module model = t.model;
     const at::Tensor reference = model.forward({images}).toTensor();
-    for (const std::string spec : {"xnnpack:per_tensor,cle", "xnnpack:dynamic,per_tensor,cle", "x86_inductor:qat,cle"}) {
+    for (const std::string spec :
+         {"xnnpack:per_tensor,cle", "xnnpack:dynamic,per_tensor,cle", "x86_inductor:qat,cle"}) {
         CAPTURE(spec);
         prepared_model prepared = prepare(t.model, whole_model(spec));
         const prepared_model plain = prepare(t.model, whole_model(spec.substr(0, spec.size() - 4)));  // without ",cle"
@@ -417,8 +440,9 @@ TEST_CASE("linear -> relu -> linear chains equalize too, for static, dynamic and
         CHECK(((output - reference).abs().max() / reference.abs().max()).item<double>() < 1e-5);
         CHECK_FALSE(at::equal(find_submodule(prepared.module, "layers.2").attr("weight").toTensor(),
                               find_submodule(plain.module, "layers.2").attr("weight").toTensor()));
-        CHECK(prepared.adjustments.front().change.starts_with("cle: weight ranges equalized along layers.0 -> layers.2 -> "
-                                                              "layers.4 -> head"));
+        CHECK(prepared.adjustments.front().change.starts_with(
+            "cle: weight ranges equalized along layers.0 -> layers.2 -> "
+            "layers.4 -> head"));
     }
     for (const std::string spec : {"xnnpack:dynamic,per_tensor", "xnnpack:dynamic,per_tensor,cle"})
         MESSAGE(spec << ": SQNR " << quantize_with(t, spec).sqnr_db << " dB");
@@ -437,12 +461,14 @@ TEST_CASE("links pass through relu and pooling, not through flatten, and keep th
     ::torch::jit::Module model = folded(t.model);
     std::string links;
     for (const layer_link& link : find_layer_graph(model).links)
-        links += link.producer + "->" + link.consumer + (link.activation == activation_kind::relu ? " (relu)" : "") + "; ";
+        links +=
+            link.producer + "->" + link.consumer + (link.activation == activation_kind::relu ? " (relu)" : "") + "; ";
     // features.0 -> relu -> max_pool -> features.4; features.4's output is flattened into fc1.
     CHECK(links == "features.0->features.4 (relu); classifier.fc1->classifier.fc2 (relu); ");
     const at::Tensor images = t.data.evaluation[0].input(0);
     const at::Tensor before = model.forward({images}).toTensor();
-    const auto chains = equalize_links(model, find_layer_graph(model).links, [](const auto&, const auto&) { return true; });
+    const auto chains =
+        equalize_links(model, find_layer_graph(model).links, [](const auto&, const auto&) { return true; });
     CHECK(chains.size() == 2);
     const at::Tensor after = model.forward({images}).toTensor();
     CHECK(((after - before).abs().max() / before.abs().max()).item<double>() < 1e-5);
@@ -459,8 +485,9 @@ import torch
 from torch import nn
 torch.manual_seed(0)
 def block(cin, cout, act):
-    return nn.Sequential(nn.Conv2d(cin, cin, 3, padding=1, groups=cin, bias=False), nn.BatchNorm2d(cin), act(inplace=True),
-                         nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), act(inplace=True))
+    return nn.Sequential(nn.Conv2d(cin, cin, 3, padding=1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                         act(inplace=True), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout),
+                         act(inplace=True))
 model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), block(8, 16, nn.ReLU), block(16, 16, nn.ReLU6),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
 for m in model.modules():
@@ -474,7 +501,8 @@ torch.jit.script(model.eval()).save(sys.argv[1])
     const layer_graph graph = find_layer_graph(folded(model));
     std::string links;
     for (const layer_link& link : graph.links)
-        links += link.producer + "->" + link.consumer + (link.activation == activation_kind::clipping ? " (clips)" : "") + "; ";
+        links += link.producer + "->" + link.consumer +
+                 (link.activation == activation_kind::clipping ? " (clips)" : "") + "; ";
     // Block 2 runs ReLU (a link into block 3), block 3 ReLU6 (no link through it).
     CHECK(links == "0->2.0; 2.0->2.3; 2.3->3.0; 3.0->3.3 (clips); ");
 
@@ -545,7 +573,8 @@ TEST_CASE("an accuracy target no step meets is an error naming it, and a top-1 t
     // The error paths need a search to its end, not figures: one batch each way is enough.
     const quantize_data few{{t.data.calibration.front()}, {t.data.evaluation.front()},
                             t.data.evaluation_labels->slice(0, 0, t.data.evaluation.front().input(0).size(0))};
-    const auto failure_of = [&](const accuracy_target& target, const quantize_data& data) -> std::pair<error_kind, std::string> {
+    const auto failure_of = [&](const accuracy_target& target,
+                                const quantize_data& data) -> std::pair<error_kind, std::string> {
         try {
             (void)quantize_to_target(t.model, quantizer, data, target, {.progress = false});
         } catch (const error& failure) {
@@ -607,10 +636,11 @@ TEST_CASE("keeping layers in float in the switched model: shared values stay qua
                         {.per_layer = false, .progress = false})
             .report.sqnr_db;
     };
-    for (const std::vector<std::string>& kept : std::vector<std::vector<std::string>>{{"classifier.fc2"}, {"features.0", "classifier.fc2"}}) {
+    for (const std::vector<std::string>& kept :
+         std::vector<std::vector<std::string>>{{"classifier.fc2"}, {"features.0", "classifier.fc2"}}) {
         const double here = switched_sqnr(kept), lowered = lowered_sqnr(kept);
-        MESSAGE("kept in float: " << kept.front() << (kept.size() > 1 ? " + " + kept.back() : "") << ": switched " << here
-                                  << " dB, lowered " << lowered << " dB");
+        MESSAGE("kept in float: " << kept.front() << (kept.size() > 1 ? " + " + kept.back() : "") << ": switched "
+                                  << here << " dB, lowered " << lowered << " dB");
         // Where the switched model cannot stand for keeping, its figure may be far off or not,
         // as the trained weights go: 46.25 lowered against 42.49 switched when written (the
         // model trained with the reference BLAS), 46.36 against 46.35 with OpenBLAS. So the
@@ -654,7 +684,8 @@ void require_no_more_kept_than_greedy(const torch::jit::Module& model, const run
         greedy_sqnr.push_back(best);
     }
     std::string order = std::to_string(greedy_sqnr.front()) + " dB";
-    for (std::size_t k = 0; k < greedy.size(); ++k) order += ", +" + greedy[k] + " " + std::to_string(greedy_sqnr[k + 1]) + " dB";
+    for (std::size_t k = 0; k < greedy.size(); ++k)
+        order += ", +" + greedy[k] + " " + std::to_string(greedy_sqnr[k + 1]) + " dB";
     MESSAGE("greedy search: " << order);
     std::string ranked;
     for (const layer_sqnr& layer : ranking) ranked += (ranked.empty() ? "" : ", ") + layer.name;
@@ -662,9 +693,11 @@ void require_no_more_kept_than_greedy(const torch::jit::Module& model, const run
     for (std::size_t k = 1; k < greedy_sqnr.size(); ++k) {
         // The SQNR greedy reaches with k layers in float (and not before), less a hair.
         const double threshold = greedy_sqnr[k] - 1e-6;
-        if (*std::max_element(greedy_sqnr.begin(), greedy_sqnr.begin() + static_cast<std::ptrdiff_t>(k)) >= threshold) continue;
+        if (*std::max_element(greedy_sqnr.begin(), greedy_sqnr.begin() + static_cast<std::ptrdiff_t>(k)) >= threshold)
+            continue;
         const auto start = std::chrono::steady_clock::now();
-        const quantization_result reached = quantize_to_target(model, quantizer, data, {.min_sqnr_db = threshold}, {.progress = false});
+        const quantization_result reached =
+            quantize_to_target(model, quantizer, data, {.min_sqnr_db = threshold}, {.progress = false});
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const std::size_t kept = reached.report.target_steps.back().kept_in_float.size();
         MESSAGE("SQNR >= " << threshold << " dB: greedy keeps " << k << " in float, the target " << kept << " ("
@@ -731,8 +764,10 @@ TEST_CASE("the dynamic switched model keeps layers in float as the direct path d
             const engine_scope scope(engine_settings{switches->engine(), 1, std::nullopt});
             switched = compare_outputs(reference, run_batches(switches->module(), data.evaluation)).overall.sqnr_db;
         }
-        const double lowered = quantize(model, libtorch::detail::keeping_in_float(quantizer, kept), data, quiet).report.sqnr_db;
-        MESSAGE("kept " << kept.size() << " from " << kept.front() << ": switched " << switched << " dB, lowered " << lowered << " dB");
+        const double lowered =
+            quantize(model, libtorch::detail::keeping_in_float(quantizer, kept), data, quiet).report.sqnr_db;
+        MESSAGE("kept " << kept.size() << " from " << kept.front() << ": switched " << switched << " dB, lowered "
+                        << lowered << " dB");
         CHECK(std::abs(switched - lowered) < 1e-6);
     }
 }

@@ -77,8 +77,10 @@ double quantization_mse(const qparams& q, const std::vector<at::Tensor>& batches
     std::int64_t count = 0;
     for (const at::Tensor& x : batches) {
         const at::Tensor values = x.to(at::kDouble);
-        const at::Tensor restored =
-            ((values / q.scale).round() + static_cast<double>(q.zero_point)).clamp(-128, 127).sub(q.zero_point).mul(q.scale);
+        const at::Tensor restored = ((values / q.scale).round() + static_cast<double>(q.zero_point))
+                                        .clamp(-128, 127)
+                                        .sub(q.zero_point)
+                                        .mul(q.scale);
         sum += (values - restored).pow(2).sum().item<double>();
         count += x.numel();
     }
@@ -122,7 +124,8 @@ TEST_CASE("each calibration method chooses its own ranges, and auto's error is t
                 if (method != calibration_method::automatic) best_single = std::min(best_single, error[method]);
             std::string row;
             for (const calibration_method method : calibration_methods)
-                row += std::string(to_string(method)) + " " + std::to_string(error[method] / error[calibration_method::histogram]) + " ";
+                row += std::string(to_string(method)) + " " +
+                       std::to_string(error[method] / error[calibration_method::histogram]) + " ";
             MESSAGE(name << " MSE / histogram's: " << row << " histogram MSE " << error[calibration_method::histogram]);
             std::int64_t values = 0;
             for (const at::Tensor& x : batches) values += x.numel();
@@ -141,7 +144,8 @@ TEST_CASE("each calibration method chooses its own ranges, and auto's error is t
         // some tensor, and histogram itself is the default observer's.
         CHECK(differs_from_histogram[calibration_method::histogram] == 0);
         for (const calibration_method method : calibration_methods)
-            if (method != calibration_method::histogram) CHECK_MESSAGE(differs_from_histogram[method] > 0, to_string(method));
+            if (method != calibration_method::histogram)
+                CHECK_MESSAGE(differs_from_histogram[method] > 0, to_string(method));
         CHECK(error_sum[calibration_method::automatic] <= error_sum[calibration_method::histogram]);
     }
 }
@@ -214,8 +218,9 @@ struct entropy_case {
 // search where both signs are seen), in order and reversed.
 constexpr entropy_case entropy_cases[] = {
     {"relu_growing", 27506.752408965716, 0.0078125, 0, 1289, 49152, 0, 8.1796875},  // TensorRT: 8.45103168, 8.45105362
-    {"heavy_tailed", -747.87223719272515, 0.25, -506, 1400, 49152, -38.25, 29.5},  // TensorRT: 36.8798447, 39.5909157
-    {"signed_normal", 8076.6704068779945, 0.0078125, -981, 1944, 16384, -7.390625, 7.4765625},  // TensorRT: 7.47859669, 7.47859669
+    {"heavy_tailed", -747.87223719272515, 0.25, -506, 1400, 49152, -38.25, 29.5},   // TensorRT: 36.8798447, 39.5909157
+    {"signed_normal", 8076.6704068779945, 0.0078125, -981, 1944, 16384, -7.390625,
+     7.4765625},  // TensorRT: 7.47859669, 7.47859669
 };
 
 // The same data as the reference script: LibTorch and python3-torch share the generator.
@@ -426,8 +431,10 @@ TEST_CASE("ReLU6's inputs quantized on what ReLU6 keeps: torchvision's MobileNet
         };
         const lowered_model clamped = quantized(true), unclamped = quantized(false);
         const engine_scope engine(engine_settings{clamped.plan.engine, 1, std::nullopt});
-        const double clamped_db = compare_outputs(reference, run_batches(clamped.module, data.evaluation)).overall.sqnr_db;
-        const double unclamped_db = compare_outputs(reference, run_batches(unclamped.module, data.evaluation)).overall.sqnr_db;
+        const double clamped_db =
+            compare_outputs(reference, run_batches(clamped.module, data.evaluation)).overall.sqnr_db;
+        const double unclamped_db =
+            compare_outputs(reference, run_batches(unclamped.module, data.evaluation)).overall.sqnr_db;
         MESSAGE(spec << ": SQNR " << unclamped_db << " dB with ReLU6's inputs observed whole, " << clamped_db
                      << " dB observed as ReLU6 sees them");
         CHECK(clamped_db > unclamped_db + 0.5);
@@ -468,9 +475,9 @@ TEST_CASE("calibration=output chooses the range the output needs, where auto cho
     const std::vector<batch> calibration = two_features(21, 4);
     prepared_model prepared = prepare(model, versatil::testing::whole_model("x86_inductor:calibration=output"));
     calibrate(prepared, calibration, {false});
-    REQUIRE(prepared.float_model);
+    REQUIRE(prepared.folded_model);
     const output_range_summary summary =
-        choose_output_ranges(prepared, *prepared.float_model, calibration, [](const std::string&) { return true; },
+        choose_output_ranges(prepared, *prepared.folded_model, calibration, [](const std::string&) { return true; },
                              [](prepared_model&& copy) { return convert(std::move(copy)); });
     // The input is the one quantized value: x86_inductor leaves the model's output float.
     REQUIRE(summary.choices.size() == 1);

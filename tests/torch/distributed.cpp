@@ -113,10 +113,15 @@ TEST_CASE("the world from flags: missing and malformed values are named") {
         return std::string("no error");
     };
     const no_world_variables unset;
-    CHECK(message_of({.world_size = "2", .master_addr = "127.0.0.1", .master_port = "1"}).find("RANK is not set") != std::string::npos);
-    CHECK(message_of({.rank = "2", .world_size = "2", .master_addr = "h", .master_port = "1"}).find("RANK is '2'") != std::string::npos);
-    CHECK(message_of({.rank = "0", .world_size = "2x", .master_addr = "h", .master_port = "1"}).find("WORLD_SIZE is '2x'") != std::string::npos);
-    CHECK(message_of({.rank = "0", .world_size = "2", .master_addr = "h", .master_port = "70000"}).find("MASTER_PORT") != std::string::npos);
+    CHECK(message_of({.world_size = "2", .master_addr = "127.0.0.1", .master_port = "1"}).find("RANK is not set") !=
+          std::string::npos);
+    CHECK(message_of({.rank = "2", .world_size = "2", .master_addr = "h", .master_port = "1"}).find("RANK is '2'") !=
+          std::string::npos);
+    CHECK(message_of({.rank = "0", .world_size = "2x", .master_addr = "h", .master_port = "1"})
+              .find("WORLD_SIZE is '2x'") != std::string::npos);
+    CHECK(
+        message_of({.rank = "0", .world_size = "2", .master_addr = "h", .master_port = "70000"}).find("MASTER_PORT") !=
+        std::string::npos);
     const world_config world = world_from({.rank = "1", .world_size = "3", .master_addr = "h", .master_port = "29400"});
     CHECK(world.rank == 1);
     CHECK(world.size == 3);
@@ -183,7 +188,7 @@ TEST_CASE("histogram observers merged across ranks give qparams within 0.1 dB SQ
     process_group& world = group();
     const std::vector<at::Tensor> values = activations();
     for (const observer_kind kind : {observer_kind::histogram, observer_kind::histogram_percentile}) {
-        INFO("observer ", observer_detail::class_name(kind));
+        INFO("observer ", versatil::libtorch::detail::class_name(kind));
         ::torch::jit::Module reference = observed(kind, values, 0, 1);
         ::torch::jit::Module merged = observed(kind, values, world.rank(), world.size());
         merge_observer_statistics(merged, world);
@@ -204,8 +209,9 @@ TEST_CASE("histogram observers merged across ranks give qparams within 0.1 dB SQ
             one_process.push_back(sqnr_with(values, qparams_of(observer)));
         }
         const auto [lowest, highest] = std::minmax_element(one_process.begin(), one_process.end());
-        MESSAGE("merged across ", world.size(), " ranks: SQNR ", merged_sqnr, " dB; one process, by batch order: ", *lowest,
-                " to ", *highest, " dB (natural order ", one_process.front(), " dB)");
+        MESSAGE("merged across ", world.size(), " ranks: SQNR ", merged_sqnr,
+                " dB; one process, by batch order: ", *lowest, " to ", *highest, " dB (natural order ",
+                one_process.front(), " dB)");
         CHECK(merged_sqnr >= *lowest - 0.1);
         CHECK(merged_sqnr <= *highest + 0.1);
     }
@@ -319,7 +325,8 @@ prepared_model qat_prepared(bool frozen) {
 bool same_on_every_rank(const at::Tensor& state, process_group& world) {
     at::Tensor rank_zero = state.clone();
     world.broadcast(rank_zero, 0, "comparing trained states");
-    const std::vector<std::int64_t> equal = world.all_gather(at::equal(rank_zero, state) ? 1 : 0, "comparing trained states");
+    const std::vector<std::int64_t> equal =
+        world.all_gather(at::equal(rank_zero, state) ? 1 : 0, "comparing trained states");
     return std::accumulate(equal.begin(), equal.end(), std::int64_t{0}) == world.size();
 }
 
@@ -336,14 +343,15 @@ qat_options qat_settings(std::int64_t batch_size) {
 // Weights and fake-quantize ranges, flattened in module order.
 at::Tensor trained_state(const prepared_model& prepared) {
     std::vector<at::Tensor> state;
-    for (const at::Tensor& tensor : distributed_qat_detail::floating_state(prepared.module))
+    for (const at::Tensor& tensor : versatil::libtorch::detail::floating_state(prepared.module))
         state.push_back(tensor.detach().reshape({-1}).to(at::kFloat));
     return at::cat(state);
 }
 
 at::Tensor parameters_of(const prepared_model& prepared) {
     std::vector<at::Tensor> parameters;
-    for (const at::Tensor& parameter : prepared.module.parameters()) parameters.push_back(parameter.detach().reshape({-1}));
+    for (const at::Tensor& parameter : prepared.module.parameters())
+        parameters.push_back(parameter.detach().reshape({-1}));
     return at::cat(parameters).to(at::kDouble);
 }
 
@@ -411,7 +419,7 @@ double first_step_rounding(process_group& world) {
     const std::vector<at::Tensor> mine =
         gradients_of(order.slice(0, qat_slice * world.rank(), qat_slice * (world.rank() + 1)));
     double loss = 0.0;
-    distributed_qat_detail::average_gradients(mine, loss, world);
+    versatil::libtorch::detail::average_gradients(mine, loss, world);
     return (flat(mine) - whole).norm().item<double>() / whole.norm().item<double>();
 }
 
@@ -431,9 +439,11 @@ struct per_step_rounding {
     double worst_global = 0.0;    // the largest |averaged - one process's over the global batch| / |one process's|
     std::int64_t steps = 0;
     void watch(process_group& world, prepared_model& prepared, qat_options& options) {
-        options.training.after_backward = [this, &world, &prepared, generator = at::make_generator<at::CPUGeneratorImpl>(0),
+        options.training.after_backward = [this, &world, &prepared,
+                                           generator = at::make_generator<at::CPUGeneratorImpl>(0),
                                            order = at::Tensor(), position = std::int64_t{0}](
-                                              std::int64_t, const std::vector<at::Tensor>& parameters, double&) mutable {
+                                              std::int64_t, const std::vector<at::Tensor>& parameters,
+                                              double&) mutable {
             const at::Tensor& images = qat_training_set().images;
             const at::Tensor& labels = qat_training_set().labels;
             const std::int64_t global = qat_slice * world.size();
@@ -453,15 +463,21 @@ struct per_step_rounding {
             const std::vector<at::Tensor> reference = gradients_on(indices);
             std::vector<at::Tensor> averaged;
             for (std::int64_t rank = 0; rank < world.size(); ++rank) {
-                const std::vector<at::Tensor> slice = gradients_on(indices.slice(0, rank * qat_slice, (rank + 1) * qat_slice));
+                const std::vector<at::Tensor> slice =
+                    gradients_on(indices.slice(0, rank * qat_slice, (rank + 1) * qat_slice));
                 for (std::size_t i = 0; i < used.size(); ++i)
-                    if (rank == 0) averaged.push_back(slice[i].clone());
-                    else averaged[i].add_(slice[i]);
+                    if (rank == 0)
+                        averaged.push_back(slice[i].clone());
+                    else
+                        averaged[i].add_(slice[i]);
             }
             double exchange = 0.0, global_difference = 0.0, norm = 0.0;
             for (std::size_t i = 0; i < used.size(); ++i) {
                 const at::Tensor got = used[i].grad().to(at::kDouble);
-                exchange += (got - averaged[i].div(static_cast<double>(world.size())).to(at::kDouble)).pow(2).sum().item<double>();
+                exchange += (got - averaged[i].div(static_cast<double>(world.size())).to(at::kDouble))
+                                .pow(2)
+                                .sum()
+                                .item<double>();
                 global_difference += (got - reference[i].to(at::kDouble)).pow(2).sum().item<double>();
                 norm += reference[i].to(at::kDouble).pow(2).sum().item<double>();
             }
@@ -502,7 +518,8 @@ qat_measurements measure_qat(process_group& world, bool frozen, double perturbat
             const ::torch::NoGradGuard no_grad;
             for (std::size_t i = 0; i < parameters.size(); ++i) {
                 const at::Tensor gradient = parameters[i].grad();
-                if (signs.size() <= i) signs.push_back(2.0 * at::bernoulli(at::full_like(parameters[i], 0.5), noise) - 1.0);
+                if (signs.size() <= i)
+                    signs.push_back(2.0 * at::bernoulli(at::full_like(parameters[i], 0.5), noise) - 1.0);
                 if (!gradient.defined()) continue;
                 gradient.add_(signs[i] * (perturbation * gradient.pow(2).mean().sqrt().item<double>()));
             }
@@ -570,8 +587,8 @@ def forward(self, x):
     training_options too_many = options;
     too_many.batch_size = 20;
     too_many.shards = 4;
-    CHECK_THROWS_WITH_AS(train_classifier(one, images, labels, too_many), doctest::Contains("needs 80 training examples"),
-                         error);
+    CHECK_THROWS_WITH_AS(train_classifier(one, images, labels, too_many),
+                         doctest::Contains("needs 80 training examples"), error);
 }
 
 // The range merge of distributed/qat.hpp on its own: fake-quantizers (per tensor and per
@@ -602,7 +619,7 @@ TEST_CASE("fake-quantize ranges merged across ranks equal the global batch's mov
                                       at::equal(mine.attr("max_val").toTensor(), whole.attr("max_val").toTensor())
                                   ? 0
                                   : 1;
-            distributed_qat_detail::merge_ranges(mine, world);
+            versatil::libtorch::detail::merge_ranges(mine, world);
             CHECK(at::equal(mine.attr("min_val").toTensor(), whole.attr("min_val").toTensor()));
             CHECK(at::equal(mine.attr("max_val").toTensor(), whole.attr("max_val").toTensor()));
         }
@@ -635,16 +652,19 @@ TEST_CASE("QAT across ranks with frozen ranges: every step's gradient is one pro
     const double rounding = first_step_rounding(world);
     per_step_rounding steps;
     const qat_measurements measured =
-        measure_qat(world, true, rounding, [&](prepared_model& prepared, qat_options& options) { steps.watch(world, prepared, options); });
-    MESSAGE(world.size(), " ranks, frozen ranges, ", qat_steps, " steps: gradients differ from the same average in one process by at most ",
-            steps.worst, " of their norm, from one process's over the global batch by at most ", steps.worst_global,
-            " (first step ", rounding, "); end state: distributed ", measured.distributed.text(),
-            "; rounding floor ", measured.floor.text(), "; gradients not averaged ", measured.unaveraged.text());
+        measure_qat(world, true, rounding,
+                    [&](prepared_model& prepared, qat_options& options) { steps.watch(world, prepared, options); });
+    MESSAGE(world.size(), " ranks, frozen ranges, ", qat_steps,
+            " steps: gradients differ from the same average in one process by at most ", steps.worst,
+            " of their norm, from one process's over the global batch by at most ", steps.worst_global, " (first step ",
+            rounding, "); end state: distributed ", measured.distributed.text(), "; rounding floor ",
+            measured.floor.text(), "; gradients not averaged ", measured.unaveraged.text());
     CHECK(steps.steps == qat_steps);
     CHECK(steps.worst < 1e-5);
     CHECK(steps.worst_global < 1e-3);  // a wrong slice, batch or average differs by O(1)
     CHECK(measured.distributed.relative < 0.1 * measured.unaveraged.relative);
-    CHECK(measured.done.samples_per_rank == std::vector<std::int64_t>(static_cast<std::size_t>(world.size()), qat_slice * qat_steps));
+    CHECK(measured.done.samples_per_rank ==
+          std::vector<std::int64_t>(static_cast<std::size_t>(world.size()), qat_slice * qat_steps));
     CHECK(measured.done.training.training.losses.size() == static_cast<std::size_t>(qat_steps));
 }
 

@@ -128,7 +128,8 @@ TEST_CASE("make_observer writes the attributes the LibTorch passes read") {
           "__torch__.versatil.observers.MovingAveragePerChannelMinMaxObserver");
     quantization_spec dynamic = with_observer(uint8_affine, observer_kind::placeholder);
     dynamic.is_dynamic = true;
-    CHECK(make_observer(dynamic).type()->name()->qualifiedName() == "__torch__.versatil.observers.DynamicQuantizationObserver");
+    CHECK(make_observer(dynamic).type()->name()->qualifiedName() ==
+          "__torch__.versatil.observers.DynamicQuantizationObserver");
 }
 
 TEST_CASE("make_observer rejects specs it cannot honour") {
@@ -298,7 +299,8 @@ TEST_CASE("a weight's min/max observer skips the parameter while it is unchanged
         check_per_tensor(observer, versatil::math::choose_qparams(-3.0F, 6.0F, int8_symmetric));
     }
     SUBCASE("other kinds are left as they are") {
-        torch::jit::Module histogram = observing_parameters(make_observer(with_observer(uint8_affine, observer_kind::histogram)));
+        torch::jit::Module histogram =
+            observing_parameters(make_observer(with_observer(uint8_affine, observer_kind::histogram)));
         CHECK_FALSE(histogram.hasattr("observes_parameter"));
     }
 }
@@ -630,8 +632,9 @@ TEST_CASE("the placeholder observer gives LibTorch a dynamic quantized::linear_d
         quantization_spec activation = with_observer(uint8_affine, observer_kind::placeholder);
         activation.is_dynamic = true;
         torch::jit::QConfigDict qconfig{
-            {"", torch::jit::QConfig{make_observer(activation),
-                                     make_observer(per_channel(int8_symmetric, 0, observer_kind::per_channel_min_max))}}};
+            {"",
+             torch::jit::QConfig{make_observer(activation),
+                                 make_observer(per_channel(int8_symmetric, 0, observer_kind::per_channel_min_max))}}};
         torch::jit::Module observed =
             torch::jit::InsertObservers(model, "forward", qconfig, false, torch::jit::QuantType::DYNAMIC);
         torch::jit::Module with_quant =
@@ -700,7 +703,8 @@ void require_same_observation(const quantization_spec& spec, const std::vector<t
 void collect_observer_calls(const torch::jit::Block* block, const std::string& prefix, const std::string& module_path,
                             std::map<std::string, std::string>& observers) {
     for (const torch::jit::Node* node : block->nodes()) {
-        for (const torch::jit::Block* inner : node->blocks()) collect_observer_calls(inner, prefix, module_path, observers);
+        for (const torch::jit::Block* inner : node->blocks())
+            collect_observer_calls(inner, prefix, module_path, observers);
         if (node->kind() != c10::prim::CallMethod || node->input(0)->node()->kind() != c10::prim::GetAttr) continue;
         const std::string attribute = node->input(0)->node()->s(c10::attr::name);
         if (attribute.find("_observer_") == std::string::npos) continue;
@@ -816,7 +820,8 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
                 qconfigs.standard = torch::jit::QConfig(activation, reference::make_reference_observer(*config.weight));
                 if (qconfigs.per_tensor_linear)
                     qconfigs.per_tensor_linear = torch::jit::QConfig(
-                        activation, reference::make_reference_observer(versatil::libtorch::detail::per_tensor_weights(*config.weight)));
+                        activation, reference::make_reference_observer(
+                                        versatil::libtorch::detail::per_tensor_weights(*config.weight)));
             }
             prepared_model native = prepare(model, plan);
             prepared_model ported = prepare(model, ported_plan);
@@ -837,7 +842,8 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
                 ++compared;
                 // Weight observers skipped the unchanged parameter after the first batch; the
                 // ported ones observed it on every batch, to the same state.
-                if (native_observer.hasattr("observes_parameter") && native_observer.attr("observes_parameter").toBool()) {
+                if (native_observer.hasattr("observes_parameter") &&
+                    native_observer.attr("observes_parameter").toBool()) {
                     CHECK(native_observer.attr("observed").toTensor().numel() > 0);
                     ++weights;
                 }
@@ -895,8 +901,8 @@ TEST_CASE("histc's AVX2 binning gives every value the bin of the baseline (SSE2)
           doctest::skip(cpu_lacks_avx2)) {
     // histc takes the AVX2 loop where the CPU has it (the test above checks that one against
     // ATen there); this compares it with the baseline loop other CPUs run, block by block.
-    namespace histc_detail = versatil::libtorch::observer_ops::histc_detail;
-    constexpr std::int64_t block = histc_detail::block;
+    namespace histc = versatil::libtorch::observer_ops::detail;
+    constexpr std::int64_t block = histc::block;
     const at::Generator generator = at::detail::createCPUGenerator(5);
     const torch::Tensor x = at::randn({block * 6}, generator).contiguous();
     const auto [low, high] = torch::aminmax(x);
@@ -907,14 +913,14 @@ TEST_CASE("histc's AVX2 binning gives every value the bin of the baseline (SSE2)
     const torch::Tensor all = torch::cat({x, edges, edges.nextafter(edges + 1), edges.nextafter(edges - 1), special,
                                           torch::zeros({block - special.numel()})});
     for (const float right : {max, max * 0.5F}) {
-        const histc_detail::grid grid{min, right, 2048.0F, 2048};
+        const histc::grid grid{min, right, 2048.0F, 2048};
         std::array<std::int32_t, block> baseline{};
         std::array<std::int32_t, block> avx2{};
         for (std::int64_t start = 0; start + block <= all.numel(); start += block) {
             const float* values = all.data_ptr<float>() + start;
             CAPTURE(start);
-            REQUIRE(histc_detail::bin_block(grid, values, baseline.data()) ==
-                    histc_detail::bin_block_avx2(grid, values, avx2.data()));
+            REQUIRE(histc::bin_block(grid, values, baseline.data()) ==
+                    histc::bin_block_avx2(grid, values, avx2.data()));
             REQUIRE(baseline == avx2);
         }
     }

@@ -58,7 +58,9 @@ std::optional<error> error_of(const std::function<void()>& run) {
     return std::nullopt;
 }
 
-bool says(const error& failure, const std::string& text) { return std::string(failure.what()).find(text) != std::string::npos; }
+bool says(const error& failure, const std::string& text) {
+    return std::string(failure.what()).find(text) != std::string::npos;
+}
 
 std::string fingerprint(const ::torch::jit::Module& model) {
     std::string text = model.get_method("forward").graph()->toString();
@@ -87,7 +89,8 @@ TEST_CASE("both backends quantize a CNN + MLP, static and dynamic, with real qua
                                  expectation{"xnnpack:dynamic", "qnnpack", 0, 46.6}}) {
         const std::string spec = e.spec;
         CAPTURE(spec);
-        const quantization_result result = quantize(model, compose({{"", backend(e.spec)}}), data, {.per_layer = false, .progress = false});
+        const quantization_result result =
+            quantize(model, compose({{"", backend(e.spec)}}), data, {.per_layer = false, .progress = false});
         CHECK(result.report.engine == e.engine);
         check_sqnr(result.report, e.measured_sqnr_db);
         CHECK(result.report.quantizable_ops == (e.quantized_convs == 0 ? 2 : 4));  // dynamic: linears only
@@ -128,8 +131,9 @@ TEST_CASE("options change what is built: reduce_range halves the activation rang
 
 TEST_CASE("an excluded module stays float and everything else is quantized") {
     const ::torch::jit::Module model = small_cnn_mlp(1);
-    const quantization_result result = quantize(
-        model, compose({{"", backend("x86_inductor")}, {"classifier.fc2", nullptr}}), synthetic_data(), {.per_layer = false, .progress = false});
+    const quantization_result result =
+        quantize(model, compose({{"", backend("x86_inductor")}, {"classifier.fc2", nullptr}}), synthetic_data(),
+                 {.per_layer = false, .progress = false});
     const ::torch::jit::Module& lowered = result.model.module;
     CHECK(count_kind(lowered, "aten::linear") == 1);  // fc2, in float
     CHECK(count_kind(lowered, "quantized::linear_relu") + count_kind(lowered, "quantized::linear") == 1);
@@ -151,13 +155,14 @@ TEST_CASE("targets aimed at submodules quantize only those") {
 }
 
 TEST_CASE("xnnpack linear layers get per-tensor weights, and the report says so") {
-    const quantization_result result =
-        quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack")}}), synthetic_data(), {.per_layer = false, .progress = false});
+    const quantization_result result = quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack")}}), synthetic_data(),
+                                                {.per_layer = false, .progress = false});
     REQUIRE(result.report.adjustments.size() == 2);
     CHECK(result.report.adjustments[0].module_path == "classifier.fc1");
     CHECK(result.report.adjustments[1].module_path == "classifier.fc2");
     // per_tensor asks for it everywhere: nothing to adjust
-    CHECK(quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack:per_tensor")}}), synthetic_data(), {.per_layer = false, .progress = false})
+    CHECK(quantize(small_cnn_mlp(4), compose({{"", backend("xnnpack:per_tensor")}}), synthetic_data(),
+                   {.per_layer = false, .progress = false})
               .report.adjustments.empty());
 }
 
@@ -184,8 +189,8 @@ TEST_CASE("quantizing leaves nothing behind in the caller's compilation unit or 
         CAPTURE(name);
         std::weak_ptr<::torch::jit::CompilationUnit> lowered_unit;
         {
-            const quantization_result result =
-                quantize(model, compose({{"", backend(name)}}), synthetic_data(), {.per_layer = false, .progress = false});
+            const quantization_result result = quantize(model, compose({{"", backend(name)}}), synthetic_data(),
+                                                        {.per_layer = false, .progress = false});
             lowered_unit = result.model.module.type()->compilation_unit();
             CHECK(lowered_unit.lock() != unit);
         }
@@ -267,9 +272,10 @@ namespace {
 
 // An MLP whose linear layers are each read by a batch norm: `a` (6 -> 5), `b` and `c` (5 -> 5, one
 // class: one graph, two modules to fold), a bias-less `fc` before a batch norm without affine
-// parameters, beside `side`, of fc's class but read by no batch norm; and `shared`, whose linear output is read by its batch norm and by an add, so
-// folding would change the add's input. Batch norm statistics and affine parameters are random,
-// settled by train-mode passes (a fold against identity statistics proves nothing).
+// parameters, beside `side`, of fc's class but read by no batch norm; and `shared`, whose linear
+// output is read by its batch norm and by an add, so folding would change the add's input. Batch
+// norm statistics and affine parameters are random, settled by train-mode passes (a fold against
+// identity statistics proves nothing).
 constexpr const char* linear_batch_norm_models = R"PY(import sys
 import torch
 from torch import nn
@@ -320,7 +326,8 @@ TEST_CASE("linear + batch norm is folded as conv + batch norm is: same float out
     const versatil::testing::scratch_directory directory("versatil-fold-linear-");
     const auto script = (directory.path / "models.py").string();
     std::ofstream(script) << linear_batch_norm_models;
-    REQUIRE(std::system((std::string(versatil::testing::torch_python) + " " + script + " " + directory.path.string()).c_str()) == 0);
+    REQUIRE(std::system((std::string(versatil::testing::torch_python) + " " + script + " " + directory.path.string())
+                            .c_str()) == 0);
     const ::torch::jit::Module blocks = ::torch::jit::load((directory.path / "blocks.pt").string());
     const ::torch::jit::Module shared = ::torch::jit::load((directory.path / "shared.pt").string());
     ::torch::manual_seed(1);
@@ -348,8 +355,9 @@ TEST_CASE("linear + batch norm is folded as conv + batch norm is: same float out
     // 1.13 leaves quantized::batch_norm after a quantized linear layer otherwise), its linear
     // layers all quantized, and (post-training) its outputs near the unfolded float model's
     // (measured 29.6 to 36.9 dB).
-    const quantize_data data{libtorch::split_batches(at::randn({64, 6}) * 2.0 + 0.5, 16), std::vector<batch>{batch(input)}, std::nullopt,
-                             at::randn({64, 6}) * 2.0 + 0.5, at::randint(0, 4, {64}, at::kLong)};
+    const quantize_data data{libtorch::split_batches(at::randn({64, 6}) * 2.0 + 0.5, 16),
+                             std::vector<batch>{batch(input)}, std::nullopt, at::randn({64, 6}) * 2.0 + 0.5,
+                             at::randint(0, 4, {64}, at::kLong)};
     for (const char* spec : {"x86_inductor", "xnnpack", "cortex_m", "xnnpack:qat", "x86_inductor:dynamic",
                              "xnnpack:dynamic"}) {
         CAPTURE(spec);
@@ -458,7 +466,8 @@ TEST_CASE("a model on a device the backends do not support is rejected") {
 
 TEST_CASE("backends lowering to different engines cannot share a model") {
     const std::optional<error> failure = error_of([] {
-        (void)prepare(small_cnn_mlp(0), compose({{"features", backend("xnnpack")}, {"classifier", backend("x86_inductor")}}));
+        (void)prepare(small_cnn_mlp(0),
+                      compose({{"features", backend("xnnpack")}, {"classifier", backend("x86_inductor")}}));
     });
     REQUIRE_MESSAGE(failure, "must throw");
     CHECK(failure->kind() == error_kind::unsupported_composition);
@@ -485,7 +494,8 @@ TEST_CASE("bad calibration data is rejected by batch, before any observer sees i
     with_inf[0].input()[0][0][0][0] = std::numeric_limits<float>::infinity();
     CHECK(kind_of(with_inf).first == error_kind::invalid_calibration_data);
     CHECK(kind_of({at::empty({0, 1, 28, 28})}).second.find("calibration batch 0 is empty") != std::string::npos);
-    CHECK(kind_of({at::ones({2, 1, 28, 28}, at::kComplexFloat)}).second.find("dtype ComplexFloat") != std::string::npos);
+    CHECK(kind_of({at::ones({2, 1, 28, 28}, at::kComplexFloat)}).second.find("dtype ComplexFloat") !=
+          std::string::npos);
     const auto [shape_kind, shape_message] = kind_of({at::randn({2, 1, 28, 28}), at::randn({2, 1, 14, 14})});
     CHECK(shape_kind == error_kind::invalid_calibration_data);
     CHECK(shape_message.find("calibration batch 1 ([2, 1, 14, 14] Float) does not fit the model") != std::string::npos);
@@ -501,7 +511,8 @@ TEST_CASE("dynamic targets need no calibration data") {
 TEST_CASE("compile-time quantizers drive the same flow") {
     using whole = Quantizer<Target<"features", XNNPACK<>>, Target<"classifier", XNNPACK<per_tensor>>,
                             Exclude<"classifier.fc2">>;
-    const quantization_result result = quantize(small_cnn_mlp(7), whole{}, synthetic_data(), {.per_layer = false, .progress = false});
+    const quantization_result result =
+        quantize(small_cnn_mlp(7), whole{}, synthetic_data(), {.per_layer = false, .progress = false});
     CHECK(result.report.targets.size() == 3);
     CHECK(result.report.targets[2].backend == "none");
     CHECK(count_kind(result.model.module, "aten::linear") == 1);
@@ -511,8 +522,9 @@ TEST_CASE("compile-time quantizers drive the same flow") {
 TEST_CASE("attention's q/k/v projections share one input and one QConfig under xnnpack's per-tensor linear fallback") {
     for (const std::int64_t layers : {1, 2}) {
         CAPTURE(layers);
-        const quantization_result result = quantize(transformer_encoder(0, 64, 4, layers), compose({{"", backend("xnnpack")}}),
-                                                    synthetic_data(), {.per_layer = false, .progress = false});
+        const quantization_result result =
+            quantize(transformer_encoder(0, 64, 4, layers), compose({{"", backend("xnnpack")}}), synthetic_data(),
+                     {.per_layer = false, .progress = false});
         // Every linear quantized: embed, q/k/v/out_proj, linear1 and linear2 per block, head.
         CHECK(result.report.quantizable_ops == 6 * layers + 2);
         CHECK(result.report.quantized_ops == result.report.quantizable_ops);
@@ -588,8 +600,9 @@ TEST_CASE("LibTorch messages shrink to the line that says something") {
     CHECK(libtorch::detail::first_line("forward(Tensor x) -> Tensor:\nExpected a value of type 'Tensor'\nmore") ==
           "forward(Tensor x) -> Tensor: Expected a value of type 'Tensor'");
     CHECK(libtorch::detail::first_line("") == "");
-    CHECK(libtorch::detail::first_line("The following operation failed in the TorchScript interpreter.\nTraceback:\n  x\n"
-                     "RuntimeError: expected scalar type Float\n") == "RuntimeError: expected scalar type Float");
+    CHECK(libtorch::detail::first_line(
+              "The following operation failed in the TorchScript interpreter.\nTraceback:\n  x\n"
+              "RuntimeError: expected scalar type Float\n") == "RuntimeError: expected scalar type Float");
 }
 
 TEST_CASE("calls to parameterless leaf modules are inlined before observers, with the same lowered model to the bit") {
@@ -625,7 +638,8 @@ TEST_CASE("calls to parameterless leaf modules are inlined before observers, wit
                 outputs.push_back(run_batches(lowered.module, evaluation));
             }
             REQUIRE(outputs[0].tensors.size() == outputs[1].tensors.size());
-            for (std::size_t i = 0; i < outputs[0].tensors.size(); ++i) CHECK(at::equal(outputs[0].tensors[i], outputs[1].tensors[i]));
+            for (std::size_t i = 0; i < outputs[0].tensors.size(); ++i)
+                CHECK(at::equal(outputs[0].tensors[i], outputs[1].tensors[i]));
         }
     }
     // A leaf whose path has a QConfig of its own (excluded here) keeps its call.
@@ -642,13 +656,16 @@ TEST_CASE("calls to parameterless leaf modules are inlined before observers, wit
     CHECK(inline_parameterless_leaf_calls(excluded, dict) == all - 1);
 }
 
-TEST_CASE("x86_inductor returns its output layers' results in float, as X86InductorQuantizer does; xnnpack rounds them") {
+TEST_CASE(
+    "x86_inductor returns its output layers' results in float, as X86InductorQuantizer does; xnnpack rounds them") {
     // A model nobody here wrote the quantization for: a conv trunk and two linear heads returned
     // as a tuple (tests/zoo/make_zoo.py's multitask, scripted by Python's torch.jit.script).
     const ::torch::jit::Module model = load_model(versatil::testing::zoo() / "multitask.pt");
     const quantize_data data = batches_of(load_data_file(versatil::testing::zoo() / "multitask.data.pt"), 16);
     const model_outputs reference = run_batches(model, data.evaluation);
-    const auto distinct_values = [](const at::Tensor& values) { return std::get<0>(at::_unique(values.flatten())).numel(); };
+    const auto distinct_values = [](const at::Tensor& values) {
+        return std::get<0>(at::_unique(values.flatten())).numel();
+    };
     for (const std::string spec : {"xnnpack", "x86_inductor", "x86_inductor:qat"}) {
         CAPTURE(spec);
         const bool float_outputs = spec == "x86_inductor";
@@ -663,7 +680,8 @@ TEST_CASE("x86_inductor returns its output layers' results in float, as X86Induc
             calibrate(prepared, data.calibration, {false});
         }
         const converted_model converted = convert(std::move(prepared));
-        CHECK(versatil::testing::float_output_layers(converted.adjustments) == (float_outputs ? std::vector<std::string>{"classes", "box"} : std::vector<std::string>{}));
+        CHECK(versatil::testing::float_output_layers(converted.adjustments) ==
+              (float_outputs ? std::vector<std::string>{"classes", "box"} : std::vector<std::string>{}));
         const lowered_model lowered = lower(converted, {.sample = data.calibration.front(), .threads = 1});
         // The heads' weights are unpacked once, when lowering, not on every forward.
         CHECK(count_kind(lowered.module, "quantized::linear_unpack") == 0);
@@ -690,7 +708,8 @@ TEST_CASE("a large output layer keeps its int8 kernel under x86_inductor, and th
     const quantize_data data = batches_of(load_data_file(versatil::testing::zoo() / "mobilenet_v2.data.pt"), 16);
     prepared_model prepared = prepare(model, versatil::testing::whole_model("x86_inductor"));
     calibrate(prepared, {data.calibration.front()}, {false});
-    const lowered_model lowered = lower(convert(std::move(prepared)), {.sample = data.calibration.front(), .threads = 1});
+    const lowered_model lowered =
+        lower(convert(std::move(prepared)), {.sample = data.calibration.front(), .threads = 1});
     std::vector<std::string> rounded;
     for (const adjustment& a : lowered.adjustments)
         if (a.change.find("output the model returns rounded to 8 bits") != std::string::npos) {
@@ -708,7 +727,8 @@ TEST_CASE("targets and per-layer rows reach layers through methods a model calls
     // "SELF", and a module path built from them ("SELF.layer4.0.conv1.SELF") matched no target.
 
     // `model` of the zoo, quantized with one target at `path`.
-    const auto quantize_at = [](const std::string& model, const std::string& path, std::string_view spec, bool per_layer) {
+    const auto quantize_at = [](const std::string& model, const std::string& path, std::string_view spec,
+                                bool per_layer) {
         return quantize(load_model(versatil::testing::zoo() / (model + ".pt")), compose({{path, backend(spec)}}),
                         batches_of(load_data_file(versatil::testing::zoo() / (model + ".data.pt")), 16),
                         {.per_layer = per_layer, .progress = false});
@@ -766,7 +786,8 @@ TEST_CASE("under x86_inductor a value no conv / linear reads stays float; xnnpac
     // linear layers, so they are quantized).
     CHECK(notes.front().starts_with("6 value(s) no conv / linear reads kept in float (add x5, layer_norm x1)"));
     CHECK(count_kind(x86.model.module, "quantized::add") == 0);
-    CHECK(count_kind(x86.model.module, "quantized::layer_norm") < count_kind(xnnpack.model.module, "quantized::layer_norm"));
+    CHECK(count_kind(x86.model.module, "quantized::layer_norm") <
+          count_kind(xnnpack.model.module, "quantized::layer_norm"));
     CHECK(kept_float(xnnpack.report).empty());
     CHECK(count_kind(xnnpack.model.module, "quantized::add") > 0);
     // The layers quantized are the same (x86_inductor's head returns float, float_model_outputs.hpp);

@@ -40,7 +40,8 @@ double mean_of(const std::vector<double>& values, std::size_t begin, std::size_t
 
 }  // namespace
 
-TEST_CASE("a fake-quantize module rounds like the int8 kernels and passes gradients straight through inside the range") {
+TEST_CASE(
+    "a fake-quantize module rounds like the int8 kernels and passes gradients straight through inside the range") {
     ::torch::jit::Module fake = make_fake_quantize(*XNNPACK<qat>::config.input_activation);
     fake.train();
     const at::Tensor observed = at::linspace(-1.0, 1.0, 101);
@@ -61,9 +62,11 @@ TEST_CASE("a fake-quantize module rounds like the int8 kernels and passes gradie
     CHECK(gradient[4].item<float>() == 0.0F);
 }
 
-TEST_CASE("prepare for QAT folds batch norm, fake-quantizes weights and activations, and the gradient reaches every weight") {
+TEST_CASE(
+    "prepare for QAT folds batch norm, fake-quantizes weights and activations, and the gradient reaches every weight") {
     prepared_model prepared = prepare(small_cnn_mlp(0), compose("xnnpack:qat"));
-    CHECK(libtorch::detail::count_nodes(prepared.module, [](std::string_view kind) { return kind == "aten::batch_norm"; }) == 0);
+    CHECK(libtorch::detail::count_nodes(prepared.module,
+                                        [](std::string_view kind) { return kind == "aten::batch_norm"; }) == 0);
     prepared.module.train();
     const at::Tensor x = versatil::testing::smooth_images(8, 1);
     const at::Tensor loss = prepared.module.forward({x}).toTensor().pow(2).mean();
@@ -136,7 +139,8 @@ TEST_CASE("QAT fine-tuning on Fashion-MNIST converts to int8 at least as accurat
             // The same lowered form as post-training quantization, but for the output layer that
             // x86_inductor's post-training quantization returns in float: QAT trained it rounded.
             CHECK(qat.report.quantized_ops ==
-                  ptq.report.quantized_ops + static_cast<std::int64_t>(versatil::testing::float_output_layers(ptq.report).size()));
+                  ptq.report.quantized_ops +
+                      static_cast<std::int64_t>(versatil::testing::float_output_layers(ptq.report).size()));
             CHECK(versatil::testing::float_output_layers(qat.report).empty());
             CHECK(count_kind(qat.model.module, "aten::fake_quantize_per_tensor_affine") == 0);
             CHECK(count_kind(qat.model.module, "aten::fake_quantize_per_channel_affine") == 0);

@@ -152,7 +152,8 @@ TEST_CASE("the direct dynamic path builds what graph mode builds, on models scri
             CAPTURE(backend_spec);
             const quantization_plan plan = plan_for(compose({{c.target, backend(spec)}}));
             const lowered_model before = graph_mode(model, plan, data.calibration);
-            const std::optional<lowered_model> direct = lower_dynamic_directly(model, plan, lowering_for(data.calibration));
+            const std::optional<lowered_model> direct =
+                lower_dynamic_directly(model, plan, lowering_for(data.calibration));
             REQUIRE(direct.has_value() == c.direct);
             if (!direct) continue;
             CHECK(libtorch::detail::count_nodes(direct->module, [](std::string_view kind) {
@@ -191,7 +192,8 @@ namespace {
 
 // The per-layer analysis as it was before issue 13: each layer quantized alone, by a whole
 // prepare / calibrate / convert / lower, then evaluated.
-std::vector<layer_sqnr> one_quantization_per_layer(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+std::vector<layer_sqnr> one_quantization_per_layer(const ::torch::jit::Module& model,
+                                                   const runtime_quantizer& quantizer,
                                                    const std::vector<batch>& calibration,
                                                    const std::vector<batch>& evaluation) {
     const model_outputs reference = run_batches(model, evaluation);
@@ -201,7 +203,8 @@ std::vector<layer_sqnr> one_quantization_per_layer(const ::torch::jit::Module& m
             graph_mode(model, plan_for(compose({{layer, quantizer.quantizer_for(layer)->backend}})), calibration);
         layers.push_back({layer, compare_outputs(reference, outputs_on(lowered, evaluation)).overall.sqnr_db});
     }
-    std::sort(layers.begin(), layers.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    std::sort(layers.begin(), layers.end(),
+              [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
     return layers;
 }
 
@@ -247,7 +250,8 @@ TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one qu
             CAPTURE(name);
             CAPTURE(backend_spec);
             const runtime_quantizer quantizer = compose({{"", backend(spec)}});
-            const std::vector<layer_sqnr> before = one_quantization_per_layer(model, quantizer, calibration, evaluation);
+            const std::vector<layer_sqnr> before =
+                one_quantization_per_layer(model, quantizer, calibration, evaluation);
 
             // quantize() itself, all evaluation samples, the calibration the whole model is lowered with.
             quantize_options every_sample{.progress = false};
@@ -256,8 +260,8 @@ TEST_CASE("per-layer sensitivity from one calibration ranks the layers as one qu
                 quantize(model, quantizer, {calibration, evaluation, std::nullopt}, every_sample);
             MESSAGE(c.name << " " << spec << ": " << before.size() << " layers");
             for (std::size_t i = 0; i < before.size() && i < result.report.per_layer.size(); ++i)
-                MESSAGE("  " << before[i].name << " " << before[i].sqnr_db << " dB | " << result.report.per_layer[i].name
-                             << " " << result.report.per_layer[i].sqnr_db << " dB");
+                MESSAGE("  " << before[i].name << " " << before[i].sqnr_db << " dB | "
+                             << result.report.per_layer[i].name << " " << result.report.per_layer[i].sqnr_db << " dB");
             REQUIRE(!before.empty());
             CHECK(names_of(result.report.per_layer) == names_of(before));
             CHECK(result.report.per_layer_samples == 500);
@@ -269,8 +273,8 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
     versatil::testing::require_fashion_mnist();
     const dataset test = load_fashion_mnist(fashion_mnist_split::test, 256);
     const std::vector<batch> evaluation = split_batches(test.images, 128);
-    for (const auto build : {+[] { return mlp(0); }, +[] { return transformer_encoder(0); }, +[] { return resnet_cnn(0); },
-                             +[] { return mobilenet_cnn(0); }}) {
+    for (const auto build : {+[] { return mlp(0); }, +[] { return transformer_encoder(0); },
+                             +[] { return resnet_cnn(0); }, +[] { return mobilenet_cnn(0); }}) {
         const ::torch::jit::Module model = build();
         const model_outputs reference = run_batches(model, evaluation);
         const auto sqnr_of = [&](const lowered_model& lowered) {
@@ -280,13 +284,13 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
             CAPTURE(spec);
             const runtime_quantizer quantizer = compose({{"", backend(spec)}});
             const std::vector<batch> no_calibration;  // dynamic: none
-            const auto analysis = libtorch::detail::per_layer_sqnr(model, quantizer, nullptr, no_calibration, evaluation,
-                                                                   1, /*every sample*/ 0);
+            const auto analysis = libtorch::detail::per_layer_sqnr(model, quantizer, nullptr, no_calibration,
+                                                                   evaluation, 1, /*every sample*/ 0);
             REQUIRE(analysis.layers.size() == analysed_layers(model, quantizer).size());
             for (const layer_sqnr& layer : analysis.layers) {
                 CAPTURE(layer.name);
-                const std::optional<lowered_model> alone =
-                    lower_dynamic_directly(model, plan_for(compose({{layer.name, backend(spec)}})), lowering_for(evaluation));
+                const std::optional<lowered_model> alone = lower_dynamic_directly(
+                    model, plan_for(compose({{layer.name, backend(spec)}})), lowering_for(evaluation));
                 if (!alone) {  // only q_proj, k_proj, v_proj: their input is read by the other two (below)
                     CHECK(std::regex_search(layer.name, std::regex(R"(self_attn\.[qkv]_proj$)")));
                     continue;
@@ -307,7 +311,8 @@ TEST_CASE("dynamic targets' per-layer figures from one quantization are each lay
             REQUIRE(switches.has_value());
             for (const std::string& path : qkv) switches->quantize_layer(path, true);
             const engine_scope engine(engine_settings{switches->engine(), 1, std::nullopt});
-            CHECK(compare_outputs(reference, run_batches(switches->module(), evaluation)).overall.sqnr_db == sqnr_of(*together));
+            CHECK(compare_outputs(reference, run_batches(switches->module(), evaluation)).overall.sqnr_db ==
+                  sqnr_of(*together));
         }
     }
     // On QNNPACK the analysis quantized q_proj alone in graph mode, which quantized the shared

@@ -41,7 +41,8 @@ struct scratch_directory {
     ~scratch_directory() { std::filesystem::remove_all(path); }
     std::vector<std::string> files() const {
         std::vector<std::string> names;
-        for (const auto& entry : std::filesystem::directory_iterator(path)) names.push_back(entry.path().filename().string());
+        for (const auto& entry : std::filesystem::directory_iterator(path))
+            names.push_back(entry.path().filename().string());
         std::sort(names.begin(), names.end());
         return names;
     }
@@ -100,7 +101,8 @@ inline std::vector<libtorch::batch> smooth_batches(std::int64_t batches, std::in
 inline std::vector<std::string> float_output_layers(const std::vector<libtorch::adjustment>& adjustments) {
     std::vector<std::string> layers;
     for (const libtorch::adjustment& a : adjustments)
-        if (a.change.find("output the model returns kept in float") != std::string::npos) layers.push_back(a.module_path);
+        if (a.change.find("output the model returns kept in float") != std::string::npos)
+            layers.push_back(a.module_path);
     return layers;
 }
 
@@ -142,9 +144,9 @@ inline const std::filesystem::path& zoo() {
     static const scratch_directory directory("versatil-test-zoo-");
     static const bool written = [] {
         require_python_torch();
-        const std::string command = std::string(torch_python) + " " VERSATIL_SOURCE_ROOT "/tests/zoo/make_zoo.py " +
-                                    directory.path.string() +
-                                    " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small,mobilenet_v2,resnet18 > /dev/null";
+        const std::string command =
+            std::string(torch_python) + " " VERSATIL_SOURCE_ROOT "/tests/zoo/make_zoo.py " + directory.path.string() +
+            " --only vit,encoder,text,multitask,two_inputs,mobilenet_v3_small,mobilenet_v2,resnet18 > /dev/null";
         return std::system(command.c_str()) == 0;
     }();
     REQUIRE_MESSAGE(written, "tests/zoo/make_zoo.py failed (it needs python3-torch, python3-torchvision and "
@@ -188,7 +190,9 @@ inline std::string training_fingerprint() {
         if (entry.is_regular_file()) sources.push_back(entry.path());
     std::sort(sources.begin(), sources.end());
     std::uint32_t crc = 0;
-    const auto add = [&crc](std::string_view bytes) { crc = libtorch::detail::crc32_of(bytes.data(), bytes.size(), crc); };
+    const auto add = [&crc](std::string_view bytes) {
+        crc = libtorch::detail::crc32_of(bytes.data(), bytes.size(), crc);
+    };
     for (const auto& source : sources) {
         add(source.lexically_relative(root).string());
         add(read_bytes(source));

@@ -142,11 +142,11 @@ struct adaround_step {
     static bool applies(const target_plan& target) { return target.adarounds_weights; }
     static void run(prepared_model& calibrated, const std::vector<batch>& calibration) {
         const quantization_plan& plan = calibrated.plan;
-        if (!calibrated.float_model) return;
+        if (!calibrated.folded_model) return;
         const auto in_scope = [&](const std::string& path) {
             return plan.target_with(path, &target_plan::adarounds_weights).has_value();
         };
-        detail::note_rounding(calibrated, adaround_weights(calibrated, *calibrated.float_model, calibration, in_scope),
+        detail::note_rounding(calibrated, adaround_weights(calibrated, *calibrated.folded_model, calibration, in_scope),
                               &target_plan::adarounds_weights, "adaround", true);
     }
 };

@@ -61,11 +61,11 @@ inline void reset_record(::torch::jit::Module& module) {
 // Per-channel output means of a model's layers (the conv / linear outputs of a layer_recorder).
 class output_recorder {
 public:
-    output_recorder(const ::torch::jit::Module& model, const std::map<std::string, layer_kind>& layers)
+    output_recorder(const ::torch::jit::Module& model, const std::map<std::string, weighted_op>& layers)
         : recorder_(model, paths_of(layers), output_sums,
                     [&](::torch::jit::Module& module, const std::string& path, bool first) {
                         const auto kind = layers.find(path);
-                        const bool linear = kind != layers.end() && kind->second == layer_kind::linear;
+                        const bool linear = kind != layers.end() && kind->second == weighted_op::linear;
                         const std::int64_t channel_dim = linear ? -1 : 1;
                         if (!first) {
                             module.setattr("_versatil_channel_dim", channel_dim);
@@ -108,7 +108,7 @@ public:
     ::torch::jit::Module layer(const std::string& path) const { return recorder_.layer(path); }
 
 private:
-    static std::set<std::string> paths_of(const std::map<std::string, layer_kind>& layers) {
+    static std::set<std::string> paths_of(const std::map<std::string, weighted_op>& layers) {
         std::set<std::string> paths;
         for (const auto& [path, kind] : layers) paths.insert(path);
         return paths;
@@ -141,7 +141,7 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
     bias_correction_summary summary;
     const std::vector<batch> batches = leading_batches(calibration, options.max_samples);
     summary.samples = samples_in(batches);
-    std::vector<std::pair<std::string, layer_kind>> layers;
+    std::vector<std::pair<std::string, weighted_op>> layers;
     const layer_graph graph = find_layer_graph(reference);
     for (const weighted_layer& layer : graph.layers) {
         if (!in_scope(layer.path)) continue;
@@ -153,16 +153,16 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
     }
     if (layers.empty() || batches.empty()) return summary;
 
-    const std::map<std::string, layer_kind> kinds(layers.begin(), layers.end());
+    const std::map<std::string, weighted_op> kinds(layers.begin(), layers.end());
     detail::output_recorder float_model(reference, kinds);
     const std::map<std::string, at::Tensor> float_means = float_model.means(batches);
     detail::output_recorder quantized_model(converted_module, kinds);
     const ::torch::NoGradGuard no_grad;
     for (const auto& [path, kind] : layers) {
         // A layer called from several places is measured over all of its calls: no early stop.
-        const bool called_once = std::any_of(graph.layers.begin(), graph.layers.end(), [&](const weighted_layer& layer) {
-            return layer.path == path && layer.call_sites == 1;
-        });
+        const bool called_once =
+            std::any_of(graph.layers.begin(), graph.layers.end(),
+                        [&](const weighted_layer& layer) { return layer.path == path && layer.call_sites == 1; });
         const std::map<std::string, at::Tensor> quantized_means =
             quantized_model.means(batches, called_once ? &path : nullptr);
         const auto reference_mean = float_means.find(path), mean = quantized_means.find(path);
@@ -183,10 +183,11 @@ bias_correction_summary correct_biases(::torch::jit::Module& converted_module, c
 // target what it did.
 inline void correct_biases_for_targets(converted_model& converted, const std::vector<batch>& batches) {
     const quantization_plan& plan = converted.plan;
-    if (!plan.any(&target_plan::corrects_biases) || !converted.float_model) return;
+    if (!plan.any(&target_plan::corrects_biases) || !converted.folded_model) return;
     const auto target_of = [&](const std::string& p) { return plan.target_with(p, &target_plan::corrects_biases); };
-    const bias_correction_summary summary = correct_biases(converted.module, *converted.float_model, batches,
-                                                           [&](const std::string& path) { return target_of(path).has_value(); });
+    const bias_correction_summary summary =
+        correct_biases(converted.module, *converted.folded_model, batches,
+                       [&](const std::string& path) { return target_of(path).has_value(); });
     const std::int64_t samples = samples_in(batches);
     const std::string measured_on = summary.samples == samples ? std::to_string(samples) + " calibration samples"
                                                                : std::to_string(summary.samples) + " of the " +
@@ -206,8 +207,8 @@ inline void correct_biases_for_targets(converted_model& converted, const std::ve
             if (shift.max().item<double>() > largest) largest = shift.max().item<double>(), largest_at = path;
         }
         char figures[160];
-        std::snprintf(figures, sizeof figures, "mean |shift| %.3g, largest %.3g", channels ? total / static_cast<double>(channels) : 0.0,
-                      largest);
+        std::snprintf(figures, sizeof figures, "mean |shift| %.3g, largest %.3g",
+                      channels ? total / static_cast<double>(channels) : 0.0, largest);
         converted.adjustments.push_back(
             {std::string(q.module_path), "bias correction: " + std::to_string(layers) + " layer(s) corrected on " +
                                              measured_on + " (" + figures +

@@ -12,15 +12,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "versatil/libtorch/observers/observers.hpp"
 #include "versatil/libtorch/observers/quantized_weight.hpp"
+#include "versatil/libtorch/torchscript/call_operator.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
 #include "versatil/libtorch/torchscript/batch.hpp"
 #include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/torchscript/metrics.hpp"
 
 namespace versatil::libtorch {
 
@@ -31,39 +33,28 @@ struct dynamic_weight_choice {
     bool reduce_range = true;
 };
 
-namespace weight_choice_detail {
-
-inline c10::IValue call_operator(const char* name, ::torch::jit::Stack stack) {
-    c10::Dispatcher::singleton().findSchemaOrThrow(name, "").callBoxed(&stack);
-    return stack.front();
-}
+namespace detail {
 
 // The layer's weights quantized under `choice` and packed for the engine in effect.
 inline c10::IValue packed_weights(const at::Tensor& weight, const at::Tensor& bias,
                                   const dynamic_weight_choice& choice) {
     return call_operator("quantized::linear_prepack",
-                         {quantized_weight(weight, choice.weight), bias.defined() ? c10::IValue(bias) : c10::IValue()});
+                         {quantized_weight(weight, choice.weight), bias.defined() ? c10::IValue(bias) : c10::IValue()})
+        .front();
 }
 
 // The layer's output as the engine in effect computes it under `choice`, from its packed weights.
 inline at::Tensor linear_dynamic_output(const at::Tensor& input, const c10::IValue& packed,
                                         const dynamic_weight_choice& choice) {
-    return call_operator("quantized::linear_dynamic", {input, packed, choice.reduce_range}).toTensor();
+    return call_operator("quantized::linear_dynamic", {input, packed, choice.reduce_range}).front().toTensor();
 }
 
-inline std::string decibels(double signal, double noise) {
-    if (noise <= 0.0) return "exact";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f dB", 10.0 * std::log10(signal / noise));
-    return text;
+inline std::string choice_text(const dynamic_weight_choice& choice) {
+    return std::string(is_per_channel(choice.weight.qscheme) ? "per-channel" : "per-tensor") +
+           " weights, reduce_range " + (choice.reduce_range ? "on" : "off");
 }
 
-inline std::string describe(const dynamic_weight_choice& choice) {
-    return std::string(is_per_channel(choice.weight.qscheme) ? "per-channel" : "per-tensor") + " weights, reduce_range " +
-           (choice.reduce_range ? "on" : "off");
-}
-
-}  // namespace weight_choice_detail
+}  // namespace detail
 
 // The calibration samples each choice is measured on: the leading batches up to this many
 // samples (whole batches, at least one). One float pass over them records every layer's input;
@@ -79,7 +70,8 @@ inline constexpr std::int64_t dynamic_choice_samples = 64;
 inline std::vector<dynamic_weight_choice> dynamic_weight_candidates(const dynamic_weight_choice& standard,
                                                                     bool reduce_range_asked) {
     std::vector<dynamic_weight_choice> candidates{standard};
-    if (is_per_channel(standard.weight.qscheme)) candidates.push_back({detail::per_tensor_weights(standard.weight), standard.reduce_range});
+    if (is_per_channel(standard.weight.qscheme))
+        candidates.push_back({detail::per_tensor_weights(standard.weight), standard.reduce_range});
     if (standard.reduce_range && !reduce_range_asked) {
         const std::size_t schemes = candidates.size();
         for (std::size_t i = 0; i < schemes; ++i) candidates.push_back({candidates[i].weight, false});
@@ -102,15 +94,15 @@ inline measured_weight_choice choose_dynamic_weights(const at::Tensor& weight, c
     const ::torch::NoGradGuard no_grad;
     std::vector<c10::IValue> packed;  // once per candidate: quantizing and packing cost more than a call
     for (const dynamic_weight_choice& candidate : candidates)
-        packed.push_back(weight_choice_detail::packed_weights(weight, bias, candidate));
+        packed.push_back(detail::packed_weights(weight, bias, candidate));
     std::vector<double> noise(candidates.size(), 0.0);
     double signal = 0.0;
     for (const at::Tensor& input : inputs) {
-        const at::Tensor reference = at::linear(input, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt)
-                                         .to(at::kDouble);
+        const at::Tensor reference =
+            at::linear(input, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt).to(at::kDouble);
         signal += reference.pow(2).sum().item<double>();
         for (std::size_t i = 0; i < candidates.size(); ++i)
-            noise[i] += (weight_choice_detail::linear_dynamic_output(input, packed[i], candidates[i]).to(at::kDouble) -
+            noise[i] += (detail::linear_dynamic_output(input, packed[i], candidates[i]).to(at::kDouble) -
                          reference)
                             .pow(2)
                             .sum()
@@ -119,14 +111,16 @@ inline measured_weight_choice choose_dynamic_weights(const at::Tensor& weight, c
     std::size_t best = 0;
     for (std::size_t i = 1; i < candidates.size(); ++i)
         if (noise[i] < noise[best]) best = i;
+    const auto sqnr = [&](double candidate_noise) {
+        return sqnr_text(candidate_noise > 0.0 ? 10.0 * std::log10(signal / candidate_noise)
+                                               : std::numeric_limits<double>::infinity());
+    };
     std::string others;
     for (std::size_t i = 0; i < candidates.size(); ++i)
         if (i != best)
-            others += (others.empty() ? "" : ", ") + weight_choice_detail::describe(candidates[i]) + " " +
-                      weight_choice_detail::decibels(signal, noise[i]);
-    const std::string reason = weight_choice_detail::describe(candidates[best]) + ": layer output " +
-                               weight_choice_detail::decibels(signal, noise[best]) + " on " + std::to_string(samples) +
-                               " calibration samples under " +
+            others += (others.empty() ? "" : ", ") + detail::choice_text(candidates[i]) + " " + sqnr(noise[i]);
+    const std::string reason = detail::choice_text(candidates[best]) + ": layer output " +
+                               sqnr(noise[best]) + " on " + std::to_string(samples) + " calibration samples under " +
                                engine_name(at::globalContext().qEngine()) + (others.empty() ? "" : " (" + others + ")");
     return {candidates[best], reason};
 }
@@ -146,7 +140,8 @@ inline std::vector<std::vector<at::Tensor>> linear_inputs(const ::torch::jit::Mo
     for (const ::torch::jit::Node* linear : linears) {
         const auto at = std::find(originals.begin(), originals.end(), linear);
         if (at == originals.end())
-            throw error(error_kind::invalid_argument, "linear_inputs: a linear op outside the forward graph's top block");
+            throw error(error_kind::invalid_argument,
+                        "linear_inputs: a linear op outside the forward graph's top block");
         read_values.push_back(copied[static_cast<std::size_t>(at - originals.begin())]->input(0));
     }
     while (!copy->outputs().empty()) copy->eraseOutput(copy->outputs().size() - 1);

@@ -5,8 +5,8 @@
 // s_i = sqrt(r1_i * r2_i) / r2_i (r1_i, r2_i: the largest |weight| of the channel in each
 // layer), so that both channels end with the range sqrt(r1_i * r2_i). relu(x / s) = relu(x) / s
 // for s > 0 (and pooling and dropout commute with it too), so the float model computes the same
-// function; per-tensor weight scales then fit every channel better. Chains of links are swept until the scales settle (each link changes
-// the ranges its neighbours see).
+// function; per-tensor weight scales then fit every channel better. Chains of links are swept
+// until the scales settle (each link changes the ranges its neighbours see).
 //
 // Applied by prepare to its folded float copy, before observers: links whose two layers sit in
 // one target with the option. Through relu6 / hardtanh no link is made (they clip at a fixed
@@ -91,8 +91,9 @@ std::vector<std::vector<std::string>> equalize_links(::torch::jit::Module& model
         if (found != layers.end()) return found->second;
         ::torch::jit::Module module = find_submodule(model, path);
         const c10::IValue bias = module.attr("bias");
-        return layers.emplace(path, detail::equalized_layer{module, module.attr("weight").toTensor().to(at::kDouble),
-                                                            bias.isTensor() ? bias.toTensor().to(at::kDouble) : at::Tensor{}})
+        return layers
+            .emplace(path, detail::equalized_layer{module, module.attr("weight").toTensor().to(at::kDouble),
+                                                   bias.isTensor() ? bias.toTensor().to(at::kDouble) : at::Tensor{}})
             .first->second;
     };
     for (const layer_link& link : links) {
@@ -177,7 +178,8 @@ inline std::vector<adjustment> equalize_for_targets(::torch::jit::Module& model,
         const bool any = std::any_of(chains.begin(), chains.end(), [&](const std::vector<std::string>& chain) {
             return target_of(chain.front()) == target;
         });
-        if (!any) notes.push_back({target, "cle: no conv/linear -> relu -> conv/linear chain to equalize in this target"});
+        if (!any)
+            notes.push_back({target, "cle: no conv/linear -> relu -> conv/linear chain to equalize in this target"});
     }
     return notes;
 }

@@ -116,7 +116,8 @@ inline std::optional<unfolding> conv_unfolding(::torch::jit::Node* op, const at:
         return std::nullopt;
     }
     if (result.one_d) {
-        for (auto* dims : {&result.kernel, &result.stride, &result.padding, &result.dilation}) dims->insert(dims->begin(), 1);
+        for (auto* dims : {&result.kernel, &result.stride, &result.padding, &result.dilation})
+            dims->insert(dims->begin(), 1);
         result.kernel.front() = 1;
     }
     return result;
@@ -128,7 +129,9 @@ inline at::Tensor unfolded_rows(at::Tensor input, const unfolding& geometry) {
     const at::Tensor columns = at::im2col(input.to(at::kFloat), geometry.kernel, geometry.dilation, geometry.padding,
                                           geometry.stride);  // [N, C x kernel, positions]
     const std::int64_t samples = columns.size(0), width = columns.size(1) / geometry.groups;
-    return columns.view({samples, geometry.groups, width, columns.size(2)}).permute({1, 0, 3, 2}).reshape({geometry.groups, -1, width});
+    return columns.view({samples, geometry.groups, width, columns.size(2)})
+        .permute({1, 0, 3, 2})
+        .reshape({geometry.groups, -1, width});
 }
 
 // Appends the input of the op it is inserted before to the layer's list; returns it unchanged.
@@ -291,9 +294,11 @@ inline at::Tensor gptq_round(at::Tensor weight, at::Tensor hessian, const weight
             }
         }
         if (end < width)
-            weight.slice(2, end, width).sub_(at::bmm(errors.transpose(1, 2), factor.slice(1, begin, end).slice(2, end, width)));
+            weight.slice(2, end, width)
+                .sub_(at::bmm(errors.transpose(1, 2), factor.slice(1, begin, end).slice(2, end, width)));
     }
-    return rounded.transpose(1, 2).gather(2, at::argsort(order, /*dim=*/1, /*descending=*/false).unsqueeze(1).expand({groups, rows, width}));
+    return rounded.transpose(1, 2).gather(
+        2, at::argsort(order, /*dim=*/1, /*descending=*/false).unsqueeze(1).expand({groups, rows, width}));
 }
 
 struct gptq_options {
@@ -336,7 +341,8 @@ inline std::optional<::torch::jit::Module> weight_observer(const ::torch::jit::M
     return found;
 }
 
-inline std::optional<weight_grid> grid_of(const ::torch::jit::Module& observer, std::int64_t out_channels, std::string& why_not) {
+inline std::optional<weight_grid> grid_of(const ::torch::jit::Module& observer, std::int64_t out_channels,
+                                          std::string& why_not) {
     ::torch::jit::Module module = observer;
     const auto qparams = module.run_method("calculate_qparams").toTuple();
     weight_grid grid{qparams->elements()[0].toTensor().to(at::kDouble).reshape({-1}),
@@ -476,11 +482,11 @@ rounding_summary round_weights(prepared_model& prepared, const ::torch::jit::Mod
 // what it did.
 inline void round_weights_for_targets(prepared_model& prepared, const std::vector<batch>& batches) {
     const quantization_plan& plan = prepared.plan;
-    if (!plan.any(&target_plan::rounds_weights) || !prepared.float_model) return;
+    if (!plan.any(&target_plan::rounds_weights) || !prepared.folded_model) return;
     const auto in_scope = [&](const std::string& path) {
         return plan.target_with(path, &target_plan::rounds_weights).has_value();
     };
-    detail::note_rounding(prepared, round_weights(prepared, *prepared.float_model, batches, in_scope),
+    detail::note_rounding(prepared, round_weights(prepared, *prepared.folded_model, batches, in_scope),
                           &target_plan::rounds_weights, "gptq", false);
 }
 

@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
@@ -64,7 +63,7 @@ struct output_range_summary {
     std::int64_t forwards = 0;
 };
 
-namespace output_ranges_detail {
+namespace detail {
 
 inline constexpr std::string_view observer_class = "HistogramAutoObserver";
 
@@ -122,13 +121,6 @@ struct searched_activation {
     }
 };
 
-inline std::string decibels(double sqnr_db) {
-    if (std::isinf(sqnr_db)) return "exact";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f dB", sqnr_db);
-    return text;
-}
-
 // The copy's quantize ops in forward order, each as (module path, scale attribute).
 inline std::vector<std::pair<std::string, std::string>> quantized_in_order(const ::torch::jit::Module& converted) {
     const std::shared_ptr<::torch::jit::Graph> graph = converted.get_method("forward").graph();
@@ -145,7 +137,7 @@ inline std::vector<std::pair<std::string, std::string>> quantized_in_order(const
     return order;
 }
 
-}  // namespace output_ranges_detail
+}  // namespace detail
 
 // Chooses, in `calibrated`, the range of every auto-observed activation whose module `in_scope`
 // selects, by the output SQNR against `reference` (prepare's float model) on the leading
@@ -156,7 +148,7 @@ template <class InScope, class Convert>
 output_range_summary choose_output_ranges(prepared_model& calibrated, const ::torch::jit::Module& reference,
                                           const std::vector<batch>& calibration, InScope&& in_scope,
                                           Convert&& convert, const output_range_options& options = {}) {
-    using namespace output_ranges_detail;
+    using namespace detail;
     output_range_summary summary;
     std::vector<searched_activation> activations;
     for (const auto& item : calibrated.module.named_modules()) {
@@ -244,21 +236,20 @@ struct output_ranges_step {
     static bool applies(const target_plan& target) { return target.chooses_output_ranges; }
     template <class Convert>
     static void run(prepared_model& calibrated, const std::vector<batch>& calibration, Convert&& convert) {
-        using output_ranges_detail::decibels;
         const quantization_plan& plan = calibrated.plan;
-        if (!calibrated.float_model) return;
+        if (!calibrated.folded_model) return;
         const auto in_scope = [&](const std::string& path) {
             return plan.target_with(path, &target_plan::chooses_output_ranges).has_value();
         };
         const output_range_summary summary =
-            choose_output_ranges(calibrated, *calibrated.float_model, calibration, in_scope, convert);
+            choose_output_ranges(calibrated, *calibrated.folded_model, calibration, in_scope, convert);
         std::size_t changed = 0;
         for (const output_range_choice& choice : summary.choices) {
             changed += choice.chosen != choice.automatic ? 1 : 0;
             std::string scored;
             for (std::size_t c = 0; c < choice.candidates.size(); ++c)
                 scored += (c ? ", " : "") + choice.candidates[c].methods + " " +
-                          decibels(choice.candidates[c].output_sqnr_db) + (c == choice.automatic ? " (auto's)" : "");
+                          sqnr_text(choice.candidates[c].output_sqnr_db) + (c == choice.automatic ? " (auto's)" : "");
             const std::string& chosen = choice.candidates[choice.chosen].methods;
             calibrated.adjustments.push_back({choice.module_path, "calibration=output: " + choice.value +
                                                                       " quantized with " + chosen +
@@ -267,8 +258,9 @@ struct output_ranges_step {
         calibrated.adjustments.push_back(
             {"", "calibration=output: " + std::to_string(summary.choices.size()) + " activation range(s) chosen on " +
                      std::to_string(summary.samples) + " calibration samples, " + std::to_string(changed) +
-                     " other than auto's; output SQNR there " + decibels(summary.auto_sqnr_db) + " with auto's, " +
-                     decibels(summary.chosen_sqnr_db) + " chosen (" + std::to_string(summary.forwards) + " forwards)"});
+                     " other than auto's; output SQNR there " + sqnr_text(summary.auto_sqnr_db) + " with auto's, " +
+                     sqnr_text(summary.chosen_sqnr_db) + " chosen (" + std::to_string(summary.forwards) +
+                     " forwards)"});
     }
 };
 

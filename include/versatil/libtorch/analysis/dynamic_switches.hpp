@@ -43,7 +43,7 @@ public:
             if (target.config().cross_layer_equalization) return std::nullopt;
         const auto environment = plan.quantizer.environment_context();
         const engine_scope engine(plan.engine);  // weights are packed for the engine that runs them
-        auto frozen = dynamic_detail::freeze_for_direct_path(model, plan, choose_on);
+        auto frozen = detail::freeze_for_direct_path(model, plan, choose_on);
         if (!frozen) return std::nullopt;
         switchable_dynamic_quantization switches(std::move(frozen->module), plan.engine);
         try {
@@ -64,7 +64,7 @@ public:
         check_analysed(layer);
         std::vector<std::string> names;
         for (const linear_switch& linear : switches_)
-            if (sensitivity_detail::inside(linear.path, layer)) names.push_back(linear.name);
+            if (detail::inside(linear.path, layer)) names.push_back(linear.name);
         return names;
     }
 
@@ -106,12 +106,13 @@ private:
     std::vector<linear_switch> switches_;
 
     static bool in_float(const linear_switch& linear, const std::vector<std::string>& kept) {
-        return std::ranges::any_of(kept, [&](const std::string& layer) { return sensitivity_detail::inside(linear.path, layer); });
+        return std::ranges::any_of(kept, [&](const std::string& layer) { return detail::inside(linear.path, layer); });
     }
 
     void check_analysed(const std::string& layer) const {
         if (!layers_.contains(layer))
-            throw error(error_kind::invalid_argument, "switchable_dynamic_quantization: '" + layer + "' is no analysed layer");
+            throw error(error_kind::invalid_argument,
+                        "switchable_dynamic_quantization: '" + layer + "' is no analysed layer");
     }
 
     switchable_dynamic_quantization(::torch::jit::Module module, at::QEngine engine)
@@ -119,25 +120,26 @@ private:
 
     // Each targeted linear becomes `if self._quantize_<n>: linear_dynamic(x, packed) else: linear(x, w, b)`,
     // off, its weight packed before the choice so that prepack folding packs it once.
-    void make_switches(const std::vector<dynamic_detail::targeted_linear>& linears, const std::vector<std::string>& layers) {
+    void make_switches(const std::vector<detail::targeted_linear>& linears, const std::vector<std::string>& layers) {
         const std::shared_ptr<::torch::jit::Graph> graph = module_.get_method("forward").graph();
         ::torch::jit::Value* self = graph->inputs()[0];
         layers_.insert(layers.begin(), layers.end());  // a layer with no targeted linear stays float
-        for (const dynamic_detail::targeted_linear& linear : linears) {
+        for (const detail::targeted_linear& linear : linears) {
             ::torch::jit::Node* node = linear.node;
             const std::string name = "_quantize_" + std::to_string(switches_.size());
             module_.register_attribute(name, c10::BoolType::get(), false);
             switches_.push_back({name, call_stack_path(node).value_or(""), node->input(0)});
             const ::torch::jit::WithInsertPoint before(node);
-            ::torch::jit::Value* packed = dynamic_detail::insert_packed_weight(*graph, linear);
-            ::torch::jit::Node* choice = graph->insertNode(graph->create(c10::prim::If, {graph->insertGetAttr(self, name)}, 1));
+            ::torch::jit::Value* packed = detail::insert_packed_weight(*graph, linear);
+            ::torch::jit::Node* choice =
+                graph->insertNode(graph->create(c10::prim::If, {graph->insertGetAttr(self, name)}, 1));
             choice->output()->setType(node->output()->type());
             node->output()->replaceAllUsesWith(choice->output());
             ::torch::jit::Block* quantized = choice->addBlock();
             ::torch::jit::Block* in_float = choice->addBlock();
             {
                 const ::torch::jit::WithInsertPoint inside_block(quantized->return_node());
-                quantized->registerOutput(dynamic_detail::insert_linear_dynamic(*graph, linear, node->input(0), packed));
+                quantized->registerOutput(detail::insert_linear_dynamic(*graph, linear, node->input(0), packed));
             }
             node->moveBefore(in_float->return_node());
             in_float->registerOutput(node->output());

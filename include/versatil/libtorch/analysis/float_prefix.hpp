@@ -31,7 +31,7 @@
 
 namespace versatil::libtorch {
 
-namespace float_prefix_detail {
+namespace detail {
 
 using ::torch::jit::Block;
 using ::torch::jit::Graph;
@@ -180,7 +180,7 @@ inline std::shared_ptr<Graph> prefix_graph(Graph& graph, const std::vector<const
     return copy;
 }
 
-}  // namespace float_prefix_detail
+}  // namespace detail
 
 // Each row's outputs (run_batches' form) of `switched` over `batches`, a row being the module's
 // bool switch attributes `rows[i]` turned on, all others off, as they are on entry. `row_done(i)`
@@ -189,7 +189,7 @@ inline std::vector<model_outputs> outputs_per_row(const ::torch::jit::Module& sw
                                                   const std::vector<std::vector<std::string>>& rows,
                                                   const std::vector<batch>& batches,
                                                   const std::function<void(std::size_t)>& row_done = {}) {
-    using namespace float_prefix_detail;
+    using namespace detail;
     const ::torch::NoGradGuard no_grad;
     ::torch::jit::Module module = switched;
     const std::shared_ptr<Graph> graph = module.get_method("forward").graph();

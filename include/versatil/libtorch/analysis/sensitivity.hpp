@@ -37,7 +37,7 @@
 
 namespace versatil::libtorch {
 
-namespace sensitivity_detail {
+namespace detail {
 
 inline bool is_quantize(const ::torch::jit::Node* node) {
     return node->kind() == c10::aten::quantize_per_tensor || node->kind() == c10::aten::quantize_per_channel;
@@ -57,7 +57,8 @@ inline bool changes_values(::torch::jit::Node* node) {
 // A requantization: a quantize op whose scale is another quantized value's (q_scale), as convert
 // puts after average pooling.
 inline bool requantizes(const ::torch::jit::Node* quantize) {
-    return quantize->kind() == c10::aten::quantize_per_tensor && quantize->input(1)->node()->kind() == c10::aten::q_scale;
+    return quantize->kind() == c10::aten::quantize_per_tensor &&
+           quantize->input(1)->node()->kind() == c10::aten::q_scale;
 }
 
 // The quantize op whose result `value` is, through ops that keep a quantized tensor quantized
@@ -102,7 +103,8 @@ inline void output_quantizers(::torch::jit::Value* value, std::set<::torch::jit:
         }
         for (::torch::jit::Value* output : use.user->outputs()) {
             const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(output);
-            if (std::find(sources.begin(), sources.end(), value) != sources.end()) output_quantizers(output, found, seen);
+            if (std::find(sources.begin(), sources.end(), value) != sources.end())
+                output_quantizers(output, found, seen);
         }
     }
 }
@@ -139,11 +141,12 @@ inline void add_requantizations(::torch::jit::Node* quantize, std::set<::torch::
     for (::torch::jit::Node* reader : qparams_readers(quantize)) {
         if (reader->kind() != c10::aten::q_scale) continue;
         for (const ::torch::jit::Use& use : reader->output()->uses())
-            if (is_quantize(use.user) && use.offset == 1 && found.insert(use.user).second) add_requantizations(use.user, found);
+            if (is_quantize(use.user) && use.offset == 1 && found.insert(use.user).second)
+                add_requantizations(use.user, found);
     }
 }
 
-}  // namespace sensitivity_detail
+}  // namespace detail
 
 // A copy of a converted model whose quantize ops can be switched off and on, by layer.
 class switchable_quantization {
@@ -151,11 +154,12 @@ public:
     switchable_quantization(const ::torch::jit::Module& converted, const std::vector<std::string>& layers,
                             ::torch::jit::QuantType quant_type)
         : module_(converted.clone()) {
-        using namespace sensitivity_detail;
+        using namespace detail;
         // Dynamic targets have their own switches (dynamic_switches.hpp): a dynamic op's output
         // stays float, which this model of quantize ops around an op does not follow.
         if (quant_type != ::torch::jit::QuantType::STATIC)
-            throw error(error_kind::invalid_argument, "per-layer sensitivity from one calibration is for static targets");
+            throw error(error_kind::invalid_argument,
+                        "per-layer sensitivity from one calibration is for static targets");
         const std::shared_ptr<::torch::jit::Graph> graph = module_.get_method("forward").graph();
         for (::torch::jit::Node* op : nodes_where(graph, [&](::torch::jit::Node* node) {
                  return ::torch::jit::nodeQuantizable(node, quant_type);
@@ -208,12 +212,15 @@ public:
         std::set<::torch::jit::Node*> owned, quantized;
         for (const std::string& layer : kept)
             if (!layers_.contains(layer))
-                throw error(error_kind::invalid_argument, "switchable_quantization: '" + layer + "' is no analysed layer");
+                throw error(error_kind::invalid_argument,
+                            "switchable_quantization: '" + layer + "' is no analysed layer");
         for (const auto& [layer, quantizers] : layers_) {
             owned.insert(quantizers.begin(), quantizers.end());
-            if (std::find(kept.begin(), kept.end(), layer) == kept.end()) quantized.insert(quantizers.begin(), quantizers.end());
+            if (std::find(kept.begin(), kept.end(), layer) == kept.end())
+                quantized.insert(quantizers.begin(), quantizers.end());
         }
-        for (const auto& [quantize, name] : switches_) module_.setattr(name, quantized.contains(quantize) || !owned.contains(quantize));
+        for (const auto& [quantize, name] : switches_)
+            module_.setattr(name, quantized.contains(quantize) || !owned.contains(quantize));
     }
 
     // Whether keep_in_float(kept) gives what quantizing with `kept` in float gives: not when a
@@ -225,7 +232,9 @@ public:
     // and 46.25 dB lowered, the histogram of max-pooled values being another than that of the
     // values pooled.
     [[nodiscard]] bool stands_for_keeping(const std::vector<std::string>& kept) const {
-        const auto is_kept = [&](const std::string& layer) { return std::find(kept.begin(), kept.end(), layer) != kept.end(); };
+        const auto is_kept = [&](const std::string& layer) {
+            return std::find(kept.begin(), kept.end(), layer) != kept.end();
+        };
         for (const auto& [reader, quantizers] : inputs_read_through_ops_) {
             if (is_kept(reader)) continue;
             for (const std::string& layer : kept)
@@ -246,7 +255,8 @@ public:
     // quantized as alone, the reader's input taking the producer's grid.
     [[nodiscard]] bool share_a_value(const std::string& a, const std::string& b) const {
         const std::set<::torch::jit::Node*>& of_b = layers_.at(b);
-        return std::ranges::any_of(layers_.at(a), [&](::torch::jit::Node* quantize) { return of_b.contains(quantize); });
+        return std::ranges::any_of(layers_.at(a),
+                                   [&](::torch::jit::Node* quantize) { return of_b.contains(quantize); });
     }
 
     const ::torch::jit::Module& module() const { return module_; }
@@ -265,7 +275,7 @@ private:
     void make_switches(const std::shared_ptr<::torch::jit::Graph>& graph) {
         dequantize_lists_item_by_item(graph);
         ::torch::jit::Value* self = graph->inputs()[0];
-        const std::vector<::torch::jit::Node*> quantizers = nodes_where(graph, sensitivity_detail::is_quantize);
+        const std::vector<::torch::jit::Node*> quantizers = nodes_where(graph, detail::is_quantize);
         for (::torch::jit::Node* quantize : quantizers) {
             if (quantize->kind() == c10::aten::quantize_per_tensor) read_qparams_from_inputs(quantize);
             const std::string name = "_quantize_" + std::to_string(switches_.size());
@@ -307,7 +317,7 @@ private:
     // q_scale / q_zero_point / dtype of what a per-tensor quantize op produced are its scale,
     // zero point and dtype arguments.
     static void read_qparams_from_inputs(::torch::jit::Node* quantize) {
-        for (::torch::jit::Node* reader : sensitivity_detail::qparams_readers(quantize)) {
+        for (::torch::jit::Node* reader : detail::qparams_readers(quantize)) {
             const std::size_t argument = reader->kind() == c10::aten::q_scale       ? 1
                                          : reader->kind() == c10::aten::q_zero_point ? 2
                                                                                      : 3;
@@ -355,7 +365,8 @@ inline std::vector<std::string> analysed_layers(const ::torch::jit::Module& mode
 // calls a conv or linear op (a linear op, for dynamic targets) that a more specific target does
 // not claim. The run goes on, as quantizing part of a model does, and the report says why the
 // target changed nothing (a dynamic target on resnet18's layer4, which holds convolutions only).
-inline std::vector<adjustment> targets_without_layers(const ::torch::jit::Module& model, const runtime_quantizer& quantizer) {
+inline std::vector<adjustment> targets_without_layers(const ::torch::jit::Module& model,
+                                                      const runtime_quantizer& quantizer) {
     const std::vector<std::string> layers = analysed_layers(model, quantizer);
     std::vector<adjustment> notes;
     for (const backend_quantizer& q : quantizer.quantizers()) {
@@ -380,7 +391,8 @@ inline std::vector<adjustment> targets_without_layers(const ::torch::jit::Module
 inline std::int64_t per_layer_budget(std::int64_t evaluation_samples, std::size_t layers) {
     constexpr std::int64_t fewest = 128;
     if (layers == 0) return evaluation_samples;
-    const std::int64_t share = (evaluation_samples + static_cast<std::int64_t>(layers) - 1) / static_cast<std::int64_t>(layers);
+    const std::int64_t share =
+        (evaluation_samples + static_cast<std::int64_t>(layers) - 1) / static_cast<std::int64_t>(layers);
     return std::min(evaluation_samples, std::max(fewest, share));
 }
 

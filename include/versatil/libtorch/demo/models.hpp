@@ -55,7 +55,8 @@ inline ::torch::jit::Module mlp(uint64_t seed, int64_t hidden = 256, int64_t dep
     detail::require(hidden > 0 && depth > 0, "mlp: hidden and depth must be positive");
     std::vector<::torch::jit::Module> layers;
     for (int64_t layer = 0; layer < depth; ++layer) {
-        layers.push_back(linear(layer == 0 ? 28 * 28 : hidden, hidden, detail::mix_seed(seed, static_cast<uint64_t>(layer))));
+        layers.push_back(
+            linear(layer == 0 ? 28 * 28 : hidden, hidden, detail::mix_seed(seed, static_cast<uint64_t>(layer))));
         layers.push_back(relu());
     }
     auto model = named_chain(std::string(versatil_model_prefix) + "Mlp",
@@ -87,14 +88,14 @@ inline ::torch::jit::Module resnet_cnn(uint64_t seed, int64_t blocks = 2) {
         layer1.push_back(residual_block(16, 16, mix_seed(seed, 100 + index)));
         layer2.push_back(residual_block(block == 0 ? 16 : 32, 32, mix_seed(seed, 200 + index), block == 0 ? 2 : 1));
     }
-    auto model = named_chain(
-        std::string(versatil_model_prefix) + "ResNetCnn",
-        {{"stem", sequential({conv2d(1, 16, 3, mix_seed(seed, 0), {.padding = 1, .bias = false}), batch_norm2d(16), relu()})},
-         {"layer1", sequential(layer1)},
-         {"layer2", sequential(layer2)},
-         {"pool", adaptive_avg_pool2d(1)},
-         {"flatten", flatten()},
-         {"fc", linear(32, fashion_mnist_classes, mix_seed(seed, 1))}});
+    auto model = named_chain(std::string(versatil_model_prefix) + "ResNetCnn",
+                             {{"stem", sequential({conv2d(1, 16, 3, mix_seed(seed, 0), {.padding = 1, .bias = false}),
+                                                   batch_norm2d(16), relu()})},
+                              {"layer1", sequential(layer1)},
+                              {"layer2", sequential(layer2)},
+                              {"pool", adaptive_avg_pool2d(1)},
+                              {"flatten", flatten()},
+                              {"fc", linear(32, fashion_mnist_classes, mix_seed(seed, 1))}});
     model.eval();
     return model;
 }
@@ -111,10 +112,10 @@ inline ::torch::jit::Module resnet_cnn(uint64_t seed, int64_t blocks = 2) {
 //   fc            Linear(64, 10)
 inline ::torch::jit::Module mobilenet_cnn(uint64_t seed) {
     using detail::mix_seed;
-    auto features =
-        sequential({sequential({conv2d(1, 16, 3, mix_seed(seed, 0), {.padding = 1, .bias = false}), batch_norm2d(16), relu()}),
-                    depthwise_separable(16, 32, mix_seed(seed, 1), 2), depthwise_separable(32, 64, mix_seed(seed, 2), 2),
-                    depthwise_separable(64, 64, mix_seed(seed, 3))});
+    auto features = sequential(
+        {sequential({conv2d(1, 16, 3, mix_seed(seed, 0), {.padding = 1, .bias = false}), batch_norm2d(16), relu()}),
+         depthwise_separable(16, 32, mix_seed(seed, 1), 2), depthwise_separable(32, 64, mix_seed(seed, 2), 2),
+         depthwise_separable(64, 64, mix_seed(seed, 3))});
     auto model = named_chain(std::string(versatil_model_prefix) + "MobileNetCnn",
                              {{"features", features},
                               {"pool", adaptive_avg_pool2d(1)},
@@ -132,7 +133,8 @@ inline ::torch::jit::Module mobilenet_cnn(uint64_t seed) {
 //     encoder.<i>.norm1 / norm2                                    LayerNorm(dim)
 //     encoder.<i>.linear1 Linear(dim, 2 dim) / relu / linear2 Linear(2 dim, dim)
 //   head          Linear(dim, 10)
-inline ::torch::jit::Module transformer_encoder(uint64_t seed, int64_t dim = 64, int64_t heads = 4, int64_t layers = 2) {
+inline ::torch::jit::Module transformer_encoder(uint64_t seed, int64_t dim = 64, int64_t heads = 4,
+                                                int64_t layers = 2) {
     detail::require(layers > 0, "transformer_encoder: layers must be positive");
     using detail::mix_seed;
     constexpr int64_t tokens = 28;

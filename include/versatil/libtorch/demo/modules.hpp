@@ -7,8 +7,8 @@
 // `__torch__.torch.nn.modules.batchnorm.BatchNorm2d`, and conv+relu fusion needs
 // `__torch__.torch.nn.modules.activation.ReLU`. With other names nothing fails, but quality drops
 // without warning (batch norm stays unfolded, ReLU runs on its own). So every block here has the
-// torch.nn qualified class name and the attribute names of PyTorch's scripted module. A model saved from C++ then loads in
-// Python's `torch.jit.load` like a scripted nn model.
+// torch.nn qualified class name and the attribute names of PyTorch's scripted module. A model
+// saved from C++ then loads in Python's `torch.jit.load` like a scripted nn model.
 //
 // Conventions, all taken from PyTorch:
 // - Parameters are initialised like PyTorch's defaults (kaiming-uniform, so every weight and bias
@@ -157,7 +157,8 @@ inline std::string chained_forward_source(const std::vector<named_module>& child
     return source + "    return x\n";
 }
 
-inline std::string int_list(int64_t value, int count = 2) {
+// TorchScript source of a list of `count` copies of `value`: 3 -> "[3, 3]".
+inline std::string int_list_source(int64_t value, int count = 2) {
     std::string list = "[";
     for (int i = 0; i < count; ++i) list += (i ? ", " : "") + std::to_string(value);
     return list + "]";
@@ -192,14 +193,15 @@ inline ::torch::jit::Module conv2d(int64_t in_channels, int64_t out_channels, in
                         std::to_string(in_channels) + ") and out_channels (" + std::to_string(out_channels) + ")");
     const int64_t fan_in = in_channels / options.groups * kernel * kernel;
     const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-    const std::string source = "def forward(self, x: Tensor) -> Tensor:\n    return torch.conv2d(x, self.weight, self.bias, " +
-                               detail::int_list(options.stride) + ", " + detail::int_list(options.padding) +
-                               ", [1, 1], " + std::to_string(options.groups) + ")\n";
+    const std::string source =
+        "def forward(self, x: Tensor) -> Tensor:\n    return torch.conv2d(x, self.weight, self.bias, " +
+        detail::int_list_source(options.stride) + ", " + detail::int_list_source(options.padding) + ", [1, 1], " +
+        std::to_string(options.groups) + ")\n";
     return detail::instantiate(
         torch_nn_class::conv2d, options.bias ? "bias" : "no-bias", {},
         [&](::torch::jit::Module& module) {
-            detail::register_weight_and_bias(module, {out_channels, in_channels / options.groups, kernel, kernel}, bound,
-                                             seed, options.bias);
+            detail::register_weight_and_bias(module, {out_channels, in_channels / options.groups, kernel, kernel},
+                                             bound, seed, options.bias);
         },
         source);
 }
@@ -240,7 +242,8 @@ inline ::torch::jit::Module relu() {
 inline ::torch::jit::Module linear(int64_t in_features, int64_t out_features, uint64_t seed, bool bias = true) {
     detail::require(in_features > 0 && out_features > 0, "linear: in_features and out_features must be positive");
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
-    const std::string source = "def forward(self, x: Tensor) -> Tensor:\n    return torch.linear(x, self.weight, self.bias)\n";
+    const std::string source =
+        "def forward(self, x: Tensor) -> Tensor:\n    return torch.linear(x, self.weight, self.bias)\n";
     return detail::instantiate(
         torch_nn_class::linear, bias ? "bias" : "no-bias", {},
         [&](::torch::jit::Module& module) {
@@ -265,7 +268,7 @@ inline ::torch::jit::Module max_pool2d(int64_t kernel) {
     detail::require(kernel > 0, "max_pool2d: kernel must be positive");
     return detail::instantiate(torch_nn_class::max_pool2d, "", {}, {},
                                "def forward(self, x: Tensor) -> Tensor:\n    return torch.max_pool2d(x, " +
-                                   detail::int_list(kernel) + ", " + detail::int_list(kernel) +
+                                   detail::int_list_source(kernel) + ", " + detail::int_list_source(kernel) +
                                    ", [0, 0], [1, 1], False)\n");
 }
 
@@ -274,7 +277,7 @@ inline ::torch::jit::Module adaptive_avg_pool2d(int64_t output_size = 1) {
     detail::require(output_size > 0, "adaptive_avg_pool2d: output_size must be positive");
     return detail::instantiate(torch_nn_class::adaptive_avg_pool2d, "", {}, {},
                                "def forward(self, x: Tensor) -> Tensor:\n    return torch.adaptive_avg_pool2d(x, " +
-                                   detail::int_list(output_size) + ")\n");
+                                   detail::int_list_source(output_size) + ")\n");
 }
 
 // nn.LayerNorm(features) over the last dimension: parameters weight, bias; attribute eps = 1e-5.
@@ -316,7 +319,8 @@ inline ::torch::jit::Module add_relu() {
 // A ResNet basic block: conv1 (3x3, stride) - bn1 - relu - conv2 (3x3) - bn2, plus the input (or
 // `downsample`, a 1x1 strided conv + bn, when the shape changes), joined by add_relu.
 // Children: conv1, bn1, relu, conv2, bn2, [downsample.0, downsample.1], add_relu.
-inline ::torch::jit::Module residual_block(int64_t in_channels, int64_t out_channels, uint64_t seed, int64_t stride = 1) {
+inline ::torch::jit::Module residual_block(int64_t in_channels, int64_t out_channels, uint64_t seed,
+                                           int64_t stride = 1) {
     const bool project = stride != 1 || in_channels != out_channels;
     std::vector<named_module> children{
         {"conv1", conv2d(in_channels, out_channels, 3, detail::mix_seed(seed, 0),
@@ -327,10 +331,9 @@ inline ::torch::jit::Module residual_block(int64_t in_channels, int64_t out_chan
         {"bn2", batch_norm2d(out_channels)},
     };
     if (project)
-        children.emplace_back(
-            "downsample",
-            sequential({conv2d(in_channels, out_channels, 1, detail::mix_seed(seed, 2), {.stride = stride, .bias = false}),
-                        batch_norm2d(out_channels)}));
+        children.emplace_back("downsample", sequential({conv2d(in_channels, out_channels, 1, detail::mix_seed(seed, 2),
+                                                               {.stride = stride, .bias = false}),
+                                                        batch_norm2d(out_channels)}));
     children.emplace_back("add_relu", add_relu());
     const std::string source = std::string(R"JIT(
 def forward(self, x: Tensor) -> Tensor:
@@ -362,8 +365,8 @@ inline ::torch::jit::Module depthwise_separable(int64_t in_channels, int64_t out
 // Multi-head self-attention over x [N, T, dim] from four Linear children q_proj, k_proj, v_proj,
 // out_proj: softmax(q k^T / sqrt(dim/heads)) v per head, heads concatenated, then out_proj.
 inline ::torch::jit::Module self_attention(int64_t dim, int64_t heads, uint64_t seed) {
-    detail::require(dim > 0 && heads > 0 && dim % heads == 0,
-                    "self_attention: heads (" + std::to_string(heads) + ") must divide dim (" + std::to_string(dim) + ")");
+    detail::require(dim > 0 && heads > 0 && dim % heads == 0, "self_attention: heads (" + std::to_string(heads) +
+                                                                  ") must divide dim (" + std::to_string(dim) + ")");
     const int64_t head_dim = dim / heads;
     const std::string shape = "[n, t, " + std::to_string(heads) + ", " + std::to_string(head_dim) + "]";
     const std::string source = "def forward(self, x: Tensor) -> Tensor:\n"

@@ -36,7 +36,7 @@
 
 namespace versatil::libtorch {
 
-namespace merge_detail {
+namespace detail {
 
 // Kinds whose statistics are a range and HistogramObserver's histogram over it.
 constexpr bool merges_as_histogram(observer_kind kind) {
@@ -67,7 +67,7 @@ inline std::vector<found_observer> observers_of(const ::torch::jit::Module& mode
         for (const observer_kind kind : {min_max, moving_average_min_max, per_channel_min_max,
                                          moving_average_per_channel_min_max, histogram, histogram_percentile,
                                          histogram_entropy, placeholder}) {
-            if (name != observer_detail::class_name(kind)) continue;
+            if (name != detail::class_name(kind)) continue;
             if (kind == moving_average_min_max || kind == moving_average_per_channel_min_max)
                 throw error(error_kind::invalid_argument,
                             "observer " + item.name + " is a moving-average observer, whose range depends on the order "
@@ -77,9 +77,9 @@ inline std::vector<found_observer> observers_of(const ::torch::jit::Module& mode
             known = true;
         }
         if (!known)
-            throw error(error_kind::invalid_argument,
-                        "observer " + item.name + " (" + name + ") has no merge across processes; calibrate it with one "
-                        "process (WORLD_SIZE=1)");
+            throw error(error_kind::invalid_argument, "observer " + item.name + " (" + name +
+                                                          ") has no merge across processes; calibrate it with one "
+                                                          "process (WORLD_SIZE=1)");
     }
     return found;
 }
@@ -124,24 +124,26 @@ inline void spread_histogram(const at::Tensor& local, double local_min, double l
     }
 }
 
-}  // namespace merge_detail
+}  // namespace detail
 
 // Merges the statistics of every observer of `model` across `group` (see above).
 inline void merge_observer_statistics(::torch::jit::Module& model, process_group& group) {
     using observer_state::histogram_of;
     using enum observer_state::histogram_layout;
-    using merge_detail::buffer;
-    const std::vector<merge_detail::found_observer> observers = merge_detail::observers_of(model);
+    using detail::buffer;
+    const std::vector<detail::found_observer> observers = detail::observers_of(model);
     const float inf = std::numeric_limits<float>::infinity();
 
     // The observer set must be the same everywhere, or every exchange below would pair wrong
     // buffers: compare counts first.
-    const std::vector<std::int64_t> counts = group.all_gather(static_cast<std::int64_t>(observers.size()), "comparing observer counts");
+    const std::vector<std::int64_t> counts =
+        group.all_gather(static_cast<std::int64_t>(observers.size()), "comparing observer counts");
     for (const std::int64_t count : counts)
         if (count != static_cast<std::int64_t>(observers.size()))
             throw error(error_kind::invalid_argument,
-                        describe(group.world()) + ": the ranks' prepared models differ (" + std::to_string(observers.size()) +
-                            " observers here, " + std::to_string(count) + " on another rank); every rank must run the "
+                        describe(group.world()) + ": the ranks' prepared models differ (" +
+                            std::to_string(observers.size()) + " observers here, " + std::to_string(count) +
+                            " on another rank); every rank must run the "
                             "same model and targets");
 
     // Per-channel observers that saw nothing here have no channel count: agree on it first.
@@ -179,11 +181,11 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
     std::int64_t histogram_total = 0;
     for (std::size_t i = 0, offset = 0; i < observers.size(); ++i) {
         histogram_offsets.push_back(histogram_total);
-        if (merge_detail::merges_as_histogram(observers[i].kind)) {
+        if (detail::merges_as_histogram(observers[i].kind)) {
             histogram_total += buffer(observers[i].module, observer_state::histogram).numel();
         } else if (histogram_of(observers[i].kind) == entropy_grid) {
-            entropy_grids[i] = merge_detail::global_entropy_grid(all_mins[static_cast<std::int64_t>(offset)].item<float>(),
-                                                                 all_maxs[static_cast<std::int64_t>(offset)].item<float>());
+            entropy_grids[i] = detail::global_entropy_grid(all_mins[static_cast<std::int64_t>(offset)].item<float>(),
+                                                           all_maxs[static_cast<std::int64_t>(offset)].item<float>());
             histogram_total += entropy_grids[i].bins;
         }
         offset += static_cast<std::size_t>(channel_counts.data_ptr<std::int64_t>()[i]);
@@ -205,14 +207,14 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
             std::copy(rebinned.begin(), rebinned.end(), histograms.data_ptr<double>() + histogram_offsets[i]);
             continue;
         }
-        if (!merge_detail::merges_as_histogram(observers[i].kind)) continue;
+        if (!detail::merges_as_histogram(observers[i].kind)) continue;
         const float low = global_min.item<float>();
         const float high = global_max.item<float>();
         const float local_low = mins[i].item<float>();
         const float local_high = maxs[i].item<float>();
         const at::Tensor local = buffer(observers[i].module, observer_state::histogram);
         if (local_low > local_high || !(high > low) || std::isinf(high - low)) continue;
-        merge_detail::spread_histogram(local, local_low, local_high, low, high,
+        detail::spread_histogram(local, local_low, local_high, low, high,
                                        histograms.data_ptr<double>() + histogram_offsets[i], local.numel());
     }
     if (histogram_total > 0) group.all_reduce(histograms, c10d::ReduceOp::SUM, "summing observer histograms");
@@ -231,15 +233,16 @@ inline void merge_observer_statistics(::torch::jit::Module& model, process_group
             min_val = min_val.reshape({});
             max_val = max_val.reshape({});
         }
-        if (merge_detail::merges_as_histogram(observers[i].kind)) {
+        if (detail::merges_as_histogram(observers[i].kind)) {
             const float low = min_val.item<float>();
             const float high = max_val.item<float>();
             // One value everywhere, or nothing anywhere: the observer keeps its own histogram,
             // which its qparams do not read then (histogram_qparams).
             if (high > low && !std::isinf(high - low)) {
                 const std::int64_t bins = buffer(module, observer_state::histogram).numel();
-                module.setattr(observer_state::histogram,
-                               histograms.slice(0, histogram_offsets[i], histogram_offsets[i] + bins).to(at::kFloat).contiguous());
+                module.setattr(
+                    observer_state::histogram,
+                    histograms.slice(0, histogram_offsets[i], histogram_offsets[i] + bins).to(at::kFloat).contiguous());
             }
         }
         // Nothing anywhere, or no finite range: the observer keeps its own, as one process.

@@ -45,20 +45,20 @@ struct distributed_qat {
     qat_result training;                         // losses: the global batch's (averaged across ranks)
     std::vector<std::int64_t> samples_per_rank;  // training examples each rank trained on, indexed by rank
     double start_seconds = 0.0;                  // agreeing on the data, broadcasting rank 0's weights
-    double gradient_seconds = 0.0;               // the per-step gradient exchanges (waiting for the slowest rank included)
+    double gradient_seconds = 0.0;  // the per-step gradient exchanges (waiting for the slowest rank included)
     double range_seconds = 0.0;                  // the per-step merges of fake-quantize ranges
 };
 
-namespace distributed_qat_detail {
+namespace detail {
 
 // Tensors flattened into one, and copied back out of it, in order.
-inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+inline at::Tensor flat_concatenation(const std::vector<at::Tensor>& tensors) {
     std::vector<at::Tensor> flat;
     for (const at::Tensor& tensor : tensors) flat.push_back(tensor.detach().to(at::kFloat).reshape({-1}));
     return flat.empty() ? at::zeros({0}, at::kFloat) : at::cat(flat);
 }
 
-inline void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+inline void copy_back(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
     const ::torch::NoGradGuard no_grad;
     std::int64_t offset = 0;
     for (const at::Tensor& tensor : tensors) {
@@ -90,9 +90,9 @@ inline void broadcast_weights(::torch::jit::Module& model, process_group& group)
                         describe(group.world()) + ": the ranks' prepared models differ (" + std::to_string(count) +
                             " weights and ranges here, " + std::to_string(other) +
                             " on another rank); every rank must train the same model and targets");
-    at::Tensor flat = flatten(state);
+    at::Tensor flat = flat_concatenation(state);
     group.broadcast(flat, 0, "broadcasting rank 0's weights");
-    unflatten(flat, state);
+    copy_back(flat, state);
 }
 
 // Every rank must train on the same examples, or the shared batch indices select different ones.
@@ -114,10 +114,10 @@ inline void average_gradients(const std::vector<at::Tensor>& parameters, double&
     std::vector<at::Tensor> gradients;
     for (const at::Tensor& parameter : parameters)
         if (parameter.grad().defined()) gradients.push_back(parameter.grad());  // the same ones on every rank
-    at::Tensor flat = at::cat({flatten(gradients), at::full({1}, loss, at::kFloat)});
+    at::Tensor flat = at::cat({flat_concatenation(gradients), at::full({1}, loss, at::kFloat)});
     group.all_reduce(flat, c10d::ReduceOp::SUM, "averaging gradients");
     flat.div_(static_cast<double>(group.size()));
-    unflatten(flat, gradients);
+    copy_back(flat, gradients);
     loss = flat[-1].item<double>();
 }
 
@@ -134,7 +134,7 @@ inline void merge_ranges(const ::torch::jit::Module& model, process_group& group
         negated_maxs.push_back(-item.value.attr(observer_state::max_val).toTensor());
     }
     if (observing.empty()) return;
-    at::Tensor flat = at::cat({flatten(mins), flatten(negated_maxs)});
+    at::Tensor flat = at::cat({flat_concatenation(mins), flat_concatenation(negated_maxs)});
     group.all_reduce(flat, c10d::ReduceOp::MIN, "merging fake-quantize ranges");
     const at::Tensor merged_mins = flat.slice(0, 0, flat.numel() / 2);
     const at::Tensor merged_maxs = -flat.slice(0, flat.numel() / 2);
@@ -150,19 +150,20 @@ inline void merge_ranges(const ::torch::jit::Module& model, process_group& group
     }
 }
 
-}  // namespace distributed_qat_detail
+}  // namespace detail
 
 // Trains `prepared` (QAT targets) on `images` / `labels`, the same on every rank, across
 // `group`; options.training.batch_size is each rank's slice, so the global batch is batch_size
 // x group.size(). Every rank ends with the same weights and ranges; any rank may convert them
 // (rank 0 writes, by convention).
-inline distributed_qat train_qat_distributed(prepared_model& prepared, const at::Tensor& images, const at::Tensor& labels,
-                                             process_group& group, const qat_options& options) {
+inline distributed_qat train_qat_distributed(prepared_model& prepared, const at::Tensor& images,
+                                             const at::Tensor& labels, process_group& group,
+                                             const qat_options& options) {
     distributed_qat result;
     double before = group.communication_seconds();
     detail::check_examples(images, labels, "train_qat_distributed");
-    distributed_qat_detail::check_same_data(images, labels, group);
-    distributed_qat_detail::broadcast_weights(prepared.module, group);
+    detail::check_same_data(images, labels, group);
+    detail::broadcast_weights(prepared.module, group);
     result.start_seconds = group.communication_seconds() - before;
 
     qat_options sharded = options;
@@ -170,13 +171,13 @@ inline distributed_qat train_qat_distributed(prepared_model& prepared, const at:
     sharded.training.shards = group.size();
     sharded.training.after_backward = [&](std::int64_t step, const std::vector<at::Tensor>& parameters, double& loss) {
         const double start = group.communication_seconds();
-        distributed_qat_detail::average_gradients(parameters, loss, group);
+        detail::average_gradients(parameters, loss, group);
         result.gradient_seconds += group.communication_seconds() - start;
         if (options.training.after_backward) options.training.after_backward(step, parameters, loss);
     };
     sharded.training.on_step = [&](std::int64_t step, double loss) {
         const double start = group.communication_seconds();
-        distributed_qat_detail::merge_ranges(prepared.module, group);
+        detail::merge_ranges(prepared.module, group);
         result.range_seconds += group.communication_seconds() - start;
         if (options.training.on_step) options.training.on_step(step, loss);
     };

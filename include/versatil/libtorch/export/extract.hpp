@@ -17,7 +17,6 @@
 // the op and the module it comes from.
 #pragma once
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
@@ -40,6 +39,7 @@
 #include "versatil/firmware/elementwise/softmax.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/torchscript/batch.hpp"
+#include "versatil/libtorch/torchscript/call_operator.hpp"
 #include "versatil/libtorch/torchscript/engine.hpp"
 #include "versatil/libtorch/passes/fold_batch_norm.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
@@ -48,7 +48,7 @@
 
 namespace versatil::libtorch {
 
-namespace export_detail {
+namespace detail {
 
 using ::torch::jit::Node;
 using ::torch::jit::Value;
@@ -104,7 +104,8 @@ inline std::unordered_map<const Node*, std::string> module_names(const ::torch::
 // outputs are replaced by a tuple of them, run by the TorchScript interpreter on `self` and
 // the sample.
 inline std::unordered_map<const Value*, c10::IValue> probe(const std::shared_ptr<::torch::jit::Graph>& graph,
-                                                           const ::torch::jit::Module& module, const at::Tensor& sample) {
+                                                           const ::torch::jit::Module& module,
+                                                           const at::Tensor& sample) {
     std::vector<Value*> values;
     for (Node* node : graph->nodes())
         for (Value* output : node->outputs()) values.push_back(output);
@@ -131,15 +132,7 @@ inline std::unordered_map<const Value*, c10::IValue> probe(const std::shared_ptr
     return computed;
 }
 
-// A quantized op of the export's kernels, by its LibTorch name.
-inline std::vector<c10::IValue> call_op(const char* name, const c10::IValue& argument) {
-    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
-    std::vector<c10::IValue> stack{argument};
-    op.callBoxed(&stack);
-    return stack;
-}
-
-inline std::vector<int> int_list(const c10::IValue& value) {
+inline std::vector<int> int_vector(const c10::IValue& value) {
     std::vector<int> ints;
     for (const std::int64_t i : value.toIntVector()) ints.push_back(static_cast<int>(i));
     return ints;
@@ -195,7 +188,9 @@ private:
             unsupported(node, module, "produces a tensor quantized per channel; activations are per-tensor");
         const std::int64_t offset = tensor.scalar_type() == c10::kQUInt8 ? 128 : 0;
         if (tensor.scalar_type() != c10::kQUInt8 && tensor.scalar_type() != c10::kQInt8)
-            unsupported(node, module, "produces a " + std::string(c10::toString(tensor.scalar_type())) + " tensor; activations are 8-bit");
+            unsupported(
+                node, module,
+                "produces a " + std::string(c10::toString(tensor.scalar_type())) + " tensor; activations are 8-bit");
         return {shape_of_sizes(tensor.sizes(), node, module), tensor.q_scale(),
                 static_cast<std::int32_t>(tensor.q_zero_point() - offset)};
     }
@@ -212,8 +207,9 @@ private:
         else if (sizes.size() == 2)
             shape = {static_cast<int>(sizes[1]), 1, 1};
         else
-            unsupported(node, module, "produces a tensor of shape " + c10::str(sizes) +
-                                          "; firmware tensors are images [1, C, H, W], sequences [1, C, L] or rows [1, F]");
+            unsupported(node, module,
+                        "produces a tensor of shape " + c10::str(sizes) +
+                            "; firmware tensors are images [1, C, H, W], sequences [1, C, L] or rows [1, F]");
         return shape;
     }
 
@@ -271,8 +267,8 @@ private:
         op.kind = kind;
         op.module = module;
         op.inputs = {input};
-        result_.tensors.push_back({shape_of_sizes(computed(node->output()).toTensor().sizes(), node, module), from.scale,
-                                   from.zero_point});
+        result_.tensors.push_back(
+            {shape_of_sizes(computed(node->output()).toTensor().sizes(), node, module), from.scale, from.zero_point});
         op.output = static_cast<int>(result_.tensors.size()) - 1;
         dequantized_[node->output()] = op.output;
         result_.ops.push_back(std::move(op));
@@ -311,7 +307,9 @@ private:
             value = computed(node->input(2)).toScalar().toDouble();
         } else {
             if (computed(node->input(2)).toStringRef() != "constant")
-                unsupported(node, module, "pads in mode '" + computed(node->input(2)).toStringRef() + "'; firmware pads with a constant");
+                unsupported(
+                    node, module,
+                    "pads in mode '" + computed(node->input(2)).toStringRef() + "'; firmware pads with a constant");
             if (node->inputs().size() > 3 && !computed(node->input(3)).isNone())
                 value = computed(node->input(3)).toDouble();
         }
@@ -326,29 +324,40 @@ private:
         }
         const double level = value / in.scale + in.zero_point;
         if (level != std::nearbyint(level) || level < -128 || level > 127)
-            unsupported(node, module, "pads with " + std::to_string(value) + ", which is not a level of its int8 input");
+            unsupported(node, module,
+                        "pads with " + std::to_string(value) + ", which is not a level of its int8 input");
         op.pad_level = static_cast<std::int32_t>(level);
     }
 
     void weights(codegen::integer_op& op, const at::Tensor& weight, const c10::IValue& bias, const Node* node,
                  const std::string& module) const {
         if (weight.scalar_type() != c10::kQInt8)
-            unsupported(node, module, "has " + std::string(c10::toString(weight.scalar_type())) + " weights; firmware takes int8");
+            unsupported(node, module,
+                        "has " + std::string(c10::toString(weight.scalar_type())) + " weights; firmware takes int8");
         const std::int64_t outputs = weight.size(0);
         if (weight.qscheme() == c10::kPerChannelAffine || weight.qscheme() == c10::kPerChannelSymmetric) {
-            if (weight.q_per_channel_axis() != 0) unsupported(node, module, "has weights quantized along axis " + std::to_string(weight.q_per_channel_axis()) + "; firmware takes axis 0");
+            if (weight.q_per_channel_axis() != 0)
+                unsupported(node, module,
+                            "has weights quantized along axis " + std::to_string(weight.q_per_channel_axis()) +
+                                "; firmware takes axis 0");
             if (weight.q_per_channel_zero_points().ne(0).any().item<bool>())
-                unsupported(node, module, "has asymmetric weights (a zero point other than 0); firmware takes symmetric ones (the cortex_m backend)");
+                unsupported(node, module,
+                            "has asymmetric weights (a zero point other than 0); firmware takes symmetric ones (the "
+                            "cortex_m backend)");
             const at::Tensor scales = weight.q_per_channel_scales().to(at::kDouble).contiguous();
             op.weight_scales.assign(scales.data_ptr<double>(), scales.data_ptr<double>() + outputs);
         } else {
             if (weight.q_zero_point() != 0)
-                unsupported(node, module, "has asymmetric weights (zero point " + std::to_string(weight.q_zero_point()) + "); firmware takes symmetric ones (the cortex_m backend)");
+                unsupported(node, module,
+                            "has asymmetric weights (zero point " + std::to_string(weight.q_zero_point()) +
+                                "); firmware takes symmetric ones (the cortex_m backend)");
             op.weight_scales.assign(static_cast<std::size_t>(outputs), weight.q_scale());
         }
         const at::Tensor levels = weight.int_repr().contiguous();
         if (levels.min().item<std::int8_t>() < -127)
-            unsupported(node, module, "has a weight at level -128; symmetric int8 weights stay in [-127, 127] (the cortex_m backend)");
+            unsupported(
+                node, module,
+                "has a weight at level -128; symmetric int8 weights stay in [-127, 127] (the cortex_m backend)");
         op.weights.assign(levels.data_ptr<std::int8_t>(), levels.data_ptr<std::int8_t>() + levels.numel());
         if (bias.isTensor()) {
             const at::Tensor values = bias.toTensor().to(at::kFloat).contiguous();
@@ -371,17 +380,22 @@ private:
         return (size + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
     }
 
-    const codegen::tensor_shape& shape_of(int tensor) const { return result_.tensors.at(static_cast<std::size_t>(tensor)).shape; }
+    const codegen::tensor_shape& shape_of(int tensor) const {
+        return result_.tensors.at(static_cast<std::size_t>(tensor)).shape;
+    }
 
     void conv2d(const Node* node, const std::string& module, bool relu) {
         const c10::IValue& packed = computed(node->input(1));
-        if (call_op("quantized::conv2d_transpose", packed).at(0).toInt() != 0)
+        if (call_operator("quantized::conv2d_transpose", {packed}).at(0).toInt() != 0)
             unsupported(node, module, "is a transposed convolution, which firmware does not run");
-        const std::vector<c10::IValue> unpacked = call_op("quantized::conv2d_unpack", packed);
-        const auto [stride_h, stride_w] = pair_of(int_list(call_op("quantized::conv2d_stride", packed).at(0)), {1, 1});
-        const auto [pad_h, pad_w] = pair_of(int_list(call_op("quantized::conv2d_padding", packed).at(0)), {0, 0});
-        const auto [dil_h, dil_w] = pair_of(int_list(call_op("quantized::conv2d_dilation", packed).at(0)), {1, 1});
-        const int groups = static_cast<int>(call_op("quantized::conv2d_groups", packed).at(0).toInt());
+        const std::vector<c10::IValue> unpacked = call_operator("quantized::conv2d_unpack", {packed});
+        const auto [stride_h, stride_w] =
+            pair_of(int_vector(call_operator("quantized::conv2d_stride", {packed}).at(0)), {1, 1});
+        const auto [pad_h, pad_w] =
+            pair_of(int_vector(call_operator("quantized::conv2d_padding", {packed}).at(0)), {0, 0});
+        const auto [dil_h, dil_w] =
+            pair_of(int_vector(call_operator("quantized::conv2d_dilation", {packed}).at(0)), {1, 1});
+        const int groups = static_cast<int>(call_operator("quantized::conv2d_groups", {packed}).at(0).toInt());
         const at::Tensor& weight = unpacked.at(0).toTensor();
         const int input = input_tensor(node, 0, module);
         codegen::integer_op& op = emit(codegen::op_kind::conv2d, node, module, {input});
@@ -401,7 +415,7 @@ private:
     }
 
     void linear(const Node* node, const std::string& module, bool relu) {
-        const std::vector<c10::IValue> unpacked = call_op("quantized::linear_unpack", computed(node->input(1)));
+        const std::vector<c10::IValue> unpacked = call_operator("quantized::linear_unpack", {computed(node->input(1))});
         const at::Tensor& weight = unpacked.at(0).toTensor();
         const int input = input_tensor(node, 0, module);
         const codegen::tensor_shape& in = shape_of(input);
@@ -434,12 +448,12 @@ private:
     }
 
     void pool(const Node* node, const std::string& module, codegen::op_kind kind) {
-        const auto [kernel_h, kernel_w] = pair_of(int_list(computed(node->input(1))), {1, 1});
-        const auto [stride_h, stride_w] = pair_of(int_list(computed(node->input(2))), {kernel_h, kernel_w});
-        const auto [pad_h, pad_w] = pair_of(int_list(computed(node->input(3))), {0, 0});
+        const auto [kernel_h, kernel_w] = pair_of(int_vector(computed(node->input(1))), {1, 1});
+        const auto [stride_h, stride_w] = pair_of(int_vector(computed(node->input(2))), {kernel_h, kernel_w});
+        const auto [pad_h, pad_w] = pair_of(int_vector(computed(node->input(3))), {0, 0});
         std::pair<int, int> dilation{1, 1};
         if (kind == codegen::op_kind::max_pool2d) {
-            dilation = pair_of(int_list(computed(node->input(4))), {1, 1});
+            dilation = pair_of(int_vector(computed(node->input(4))), {1, 1});
         } else if (!computed(node->input(6)).isNone()) {
             unsupported(node, module, "sets divisor_override, which firmware does not run");
         }
@@ -459,7 +473,7 @@ private:
     void adaptive_avg_pool(const Node* node, const std::string& module) {
         const int input = input_tensor(node, 0, module);
         const codegen::tensor_shape in = shape_of(input);
-        const auto [out_h, out_w] = pair_of(int_list(computed(node->input(1))), {1, 1});
+        const auto [out_h, out_w] = pair_of(int_vector(computed(node->input(1))), {1, 1});
         if (out_h == 1 && out_w == 1) {
             check_shape(emit(codegen::op_kind::global_avg_pool2d, node, module, {input}), {in.channels, 1, 1}, node);
             return;
@@ -508,13 +522,15 @@ private:
 
     std::vector<std::int64_t> permutation(const Node* node, const std::string& module) const {
         const std::int64_t rank = computed(node->input(0)).toTensor().dim();
-        if (node->kind().toQualString() == std::string_view("aten::permute")) return computed(node->input(1)).toIntVector();
+        if (node->kind().toQualString() == std::string_view("aten::permute"))
+            return computed(node->input(1)).toIntVector();
         std::vector<std::int64_t> dims;
         for (std::int64_t d = 0; d < rank; ++d) dims.push_back(d);
         std::int64_t a = computed(node->input(1)).toInt(), b = computed(node->input(2)).toInt();
         if (a < 0) a += rank;
         if (b < 0) b += rank;
-        if (a < 0 || b < 0 || a >= rank || b >= rank) unsupported(node, module, "transposes a dimension it does not have");
+        if (a < 0 || b < 0 || a >= rank || b >= rank)
+            unsupported(node, module, "transposes a dimension it does not have");
         std::swap(dims[static_cast<std::size_t>(a)], dims[static_cast<std::size_t>(b)]);
         return dims;
     }
@@ -562,20 +578,24 @@ private:
         codegen::integer_op& op = emit(codegen::op_kind::lookup, node, module, {input});
         op.table = int8_levels(y);
         const codegen::activation_tensor& out = result_.tensors.at(static_cast<std::size_t>(op.output));
-        if (out.scale != y.q_scale() || out.zero_point != y.q_zero_point() - (y.scalar_type() == c10::kQUInt8 ? 128 : 0))
+        if (out.scale != y.q_scale() ||
+            out.zero_point != y.q_zero_point() - (y.scalar_type() == c10::kQUInt8 ? 128 : 0))
             unsupported(node, module, "quantizes its output by its input's values (not elementwise by level)");
         if (!in_place) {  // an in-place op's probed input is its output already
-            const std::vector<std::int8_t> in = int8_levels(x), sample = int8_levels(computed(node->output()).toTensor());
+            const std::vector<std::int8_t> in = int8_levels(x),
+                                           sample = int8_levels(computed(node->output()).toTensor());
             for (std::size_t i = 0; i < in.size(); ++i)
                 if (sample[i] != op.table[static_cast<std::size_t>(in[i] + 128)])
-                    unsupported(node, module, "is not elementwise by level: its table disagrees with the probed sample");
+                    unsupported(node, module,
+                                "is not elementwise by level: its table disagrees with the probed sample");
         }
         check_shape(op, shape_of(input), node);
         if (in_place) tensor_of_[node->input(0)] = op.output;
     }
 
     void mul(const Node* node, const std::string& module, bool relu) {
-        emit(codegen::op_kind::mul, node, module, {input_tensor(node, 0, module), input_tensor(node, 1, module)}).relu = relu;
+        emit(codegen::op_kind::mul, node, module, {input_tensor(node, 0, module), input_tensor(node, 1, module)}).relu =
+            relu;
     }
 
     // quantized::cat(tensors, dim, scale, zero_point): each part requantized to the output by a
@@ -683,7 +703,8 @@ private:
         });
         if (!first) return;
         const auto value = values_.find(first->outputs()[0]);
-        const bool float_op = value != values_.end() && value->second.isTensor() && !value->second.toTensor().is_quantized();
+        const bool float_op =
+            value != values_.end() && value->second.isTensor() && !value->second.toTensor().is_quantized();
         const std::string module = module_of(first);
         if (module.empty() && !last_module.empty())
             fail("op '" + std::string(first->kind().toQualString()) + "' after module '" + last_module +
@@ -704,7 +725,8 @@ private:
         const bool tensor_op = has_tensor_output(node);
         bool blocks_compute = false;
         for (::torch::jit::Block* block : node->blocks())
-            for_each_node(block, [&](const Node* inner) { blocks_compute = blocks_compute || has_tensor_output(inner); });
+            for_each_node(block,
+                          [&](const Node* inner) { blocks_compute = blocks_compute || has_tensor_output(inner); });
         // Constants, attributes, lists, shape checks: a tensor constant is data an op may read
         // (input_tensor refuses one that is read as an activation).
         if ((!tensor_op && !blocks_compute) || node->kind() == c10::prim::Constant) return;
@@ -744,7 +766,8 @@ private:
         } else if (kind == "aten::relu" || kind == "aten::relu_") {
             clamp(node, module, 0.0, std::nullopt);
         } else if (kind == "aten::hardtanh" || kind == "aten::hardtanh_") {
-            clamp(node, module, computed(node->input(1)).toScalar().toDouble(), computed(node->input(2)).toScalar().toDouble());
+            clamp(node, module, computed(node->input(1)).toScalar().toDouble(),
+                  computed(node->input(2)).toScalar().toDouble());
         } else if (kind == "aten::clamp" || kind == "aten::clamp_") {
             clamp(node, module, optional_scalar(computed(node->input(1))), optional_scalar(computed(node->input(2))));
         } else if (kind == "aten::max_pool2d") {
@@ -773,22 +796,23 @@ private:
     codegen::integer_graph result_;
 };
 
-}  // namespace export_detail
+}  // namespace detail
 
 // The integer graph of `lowered` (quantized from `float_model` for a microcontroller), its
 // shapes and activation quantization read off one run on the first sample of `sample`; an
 // error(unsupported_export) naming the op and module that firmware cannot run.
-inline codegen::integer_graph extract_integer_graph(const ::torch::jit::Module& float_model, const lowered_model& lowered,
-                                                    const batch& sample) {
+inline codegen::integer_graph extract_integer_graph(const ::torch::jit::Module& float_model,
+                                                    const lowered_model& lowered, const batch& sample) {
     if (!lowered.plan.quantizer.supported_device_types().contains(device_type::mcu))
         throw error(error_kind::unsupported_export,
                     "cannot export for firmware: the model is quantized for " + engine_name(lowered.plan.engine) +
                         " on the CPU; quantize it for a microcontroller (a cortex_m target, --target =cortex_m)");
     if (sample.arity() != 1)
         throw error(error_kind::unsupported_export, "cannot export for firmware: the model takes " +
-                                                        std::to_string(sample.arity()) + " inputs; firmware models take one tensor");
+                                                        std::to_string(sample.arity()) +
+                                                        " inputs; firmware models take one tensor");
     const engine_scope engine(lowered.plan.engine);
-    export_detail::extractor extractor(float_model, lowered, sample.input().slice(0, 0, 1).contiguous());
+    detail::extractor extractor(float_model, lowered, sample.input().slice(0, 0, 1).contiguous());
     return extractor.run();
 }
 

@@ -33,7 +33,7 @@ struct firmware_export {
     firmware_report report;
 };
 
-namespace export_detail {
+namespace detail {
 
 // The lowered model's int8 output levels on `inputs` (a batch): its forward up to the
 // dequantize of the output (or its float softmax after it, on the int8 softmax's grid), run by
@@ -55,7 +55,8 @@ inline at::Tensor int8_output_levels(const lowered_model& lowered, const at::Ten
     }
     ::torch::jit::Node* dequantize = graph->outputs()[0]->node();
     if (graph->outputs().size() != 1 || dequantize->kind() != c10::aten::dequantize)
-        throw error(error_kind::unsupported_export, "cannot export for firmware: the model's output is not an int8 tensor");
+        throw error(error_kind::unsupported_export,
+                    "cannot export for firmware: the model's output is not an int8 tensor");
     graph->eraseOutput(0);
     graph->registerOutput(dequantize->input(0));
     const ::torch::jit::Code code(graph, "versatil_int8_output");
@@ -82,7 +83,7 @@ inline std::int64_t first_max(const std::int8_t* levels, std::int64_t count) {
     return std::max_element(levels, levels + count) - levels;
 }
 
-}  // namespace export_detail
+}  // namespace detail
 
 // Exports `lowered` (quantized from `float_model` for a microcontroller) as a header in
 // namespace `namespace_name`, and compares the firmware runtime with LibTorch on `evaluation`
@@ -93,15 +94,17 @@ inline firmware_export export_firmware(const ::torch::jit::Module& float_model, 
                                        const std::vector<batch>& evaluation, std::string_view namespace_name,
                                        codegen::input_layout layout = codegen::input_layout::chw) {
     if (evaluation.empty())
-        throw error(error_kind::no_evaluation_data, "the firmware export compares the runtime with LibTorch: give "
-                                                    "evaluation batches (the data file's 'test') or calibration batches");
+        throw error(error_kind::no_evaluation_data,
+                    "the firmware export compares the runtime with LibTorch: give "
+                    "evaluation batches (the data file's 'test') or calibration batches");
     const auto start = std::chrono::steady_clock::now();
     // Firmware models compute in float32: data of another floating type is converted, as quantize() does.
     std::vector<at::Tensor> inputs;
     for (const batch& b : evaluation) {
         if (b.arity() != 1)
             throw error(error_kind::unsupported_export, "cannot export for firmware: the model takes " +
-                                                            std::to_string(b.arity()) + " inputs; firmware models take one tensor");
+                                                            std::to_string(b.arity()) +
+                                                            " inputs; firmware models take one tensor");
         inputs.push_back(at::isFloatingType(b.input().scalar_type()) ? b.input().to(at::kFloat) : b.input());
     }
     firmware_export result;
@@ -132,14 +135,16 @@ inline firmware_export export_firmware(const ::torch::jit::Module& float_model, 
     // The runtime on this host against LibTorch, sample by sample, from the same input bytes.
     const engine_scope engine(lowered.plan.engine);
     std::int64_t agreeing = 0;
-    const codegen::activation_tensor& input_quantization = result.graph.tensors.at(static_cast<std::size_t>(result.graph.input));
+    const codegen::activation_tensor& input_quantization =
+        result.graph.tensors.at(static_cast<std::size_t>(result.graph.input));
     for (const at::Tensor& rows : inputs) {
-        const at::Tensor input = export_detail::int8_input_levels(input_quantization, rows, layout);
-        const at::Tensor expected = export_detail::int8_output_levels(lowered, rows);
+        const at::Tensor input = detail::int8_input_levels(input_quantization, rows, layout);
+        const at::Tensor expected = detail::int8_output_levels(lowered, rows);
         for (std::int64_t i = 0; i < input.size(0); ++i) {
             const at::Tensor row = input[i];
             const std::vector<std::int8_t> output = codegen::run_on_host(
-                integer, std::span<const std::int8_t>(row.data_ptr<std::int8_t>(), static_cast<std::size_t>(row.numel())));
+                integer,
+                std::span<const std::int8_t>(row.data_ptr<std::int8_t>(), static_cast<std::size_t>(row.numel())));
             const at::Tensor reference = expected[i].to(at::kChar).contiguous();
             const std::int8_t* wanted = reference.data_ptr<std::int8_t>();
             if (static_cast<std::int64_t>(output.size()) != reference.numel())
@@ -152,7 +157,7 @@ inline firmware_export export_firmware(const ::torch::jit::Module& float_model, 
                 report.differing_elements += difference != 0 ? 1 : 0;
             }
             const auto count = static_cast<std::int64_t>(output.size());
-            agreeing += export_detail::first_max(output.data(), count) == export_detail::first_max(wanted, count) ? 1 : 0;
+            agreeing += detail::first_max(output.data(), count) == detail::first_max(wanted, count) ? 1 : 0;
             report.compared_elements += count;
             ++report.compared_samples;
         }

@@ -112,7 +112,8 @@ public:
     cleanup_on_signals& operator=(const cleanup_on_signals&) = delete;
     ~cleanup_on_signals() {
         if (detail::cleanup_scope_depth.fetch_sub(1) != 1) return;
-        for (const int number : detail::cleanup_signals) ::sigaction(number, &detail::actions_before_cleanup[number], nullptr);
+        for (const int number : detail::cleanup_signals)
+            ::sigaction(number, &detail::actions_before_cleanup[number], nullptr);
         detail::signal_notice_program = {};  // once no handler of this scope can read it
     }
 };

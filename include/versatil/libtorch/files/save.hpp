@@ -32,7 +32,8 @@ inline nlohmann::json metadata_of(const lowered_model& model) {
     nlohmann::json targets = nlohmann::json::array();
     for (const target_info& target : model.plan.quantizer.target_infos()) targets.push_back(to_json(target));
     nlohmann::json adjustments = nlohmann::json::array();
-    for (const adjustment& a : model.adjustments) adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
+    for (const adjustment& a : model.adjustments)
+        adjustments.push_back({{"module", a.module_path}, {"change", a.change}});
     nlohmann::json backends = nlohmann::json::array();
     for (std::string_view name : model.plan.quantizer.backend_names()) backends.push_back(name);
     return {{"versatil_version", versatil::version}, {"engine", engine_name(model.plan.engine)},
@@ -144,7 +145,8 @@ inline loaded_model load_quantized(const std::filesystem::path& path,
     nlohmann::json metadata = detail::read_checked_metadata(path);
     const at::QEngine engine = parse_engine_name(metadata.at("engine").get<std::string>());
     const engine_scope scope(engine);
-    ::torch::jit::Module module = detail::load_checked_archive(path, error_kind::invalid_model_file, "model file", where);
+    ::torch::jit::Module module =
+        detail::load_checked_archive(path, error_kind::invalid_model_file, "model file", where);
     module.eval();
     return {std::move(module), std::move(metadata), engine};
 }

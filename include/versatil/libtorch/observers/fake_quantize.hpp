@@ -20,7 +20,7 @@
 
 namespace versatil::libtorch {
 
-namespace fake_quantize_detail {
+namespace detail {
 
 inline constexpr std::string_view forward_source = R"JIT(
 def forward(self, x: Tensor) -> Tensor:
@@ -41,9 +41,9 @@ def forward(self, x: Tensor) -> Tensor:
                                                   self.quant_min, self.quant_max)
 )JIT";
 
-inline ::torch::jit::Module compile_prototype(observer_kind kind) {
+inline ::torch::jit::Module compile_fake_quantize_prototype(observer_kind kind) {
     const bool per_channel = is_per_channel(kind);
-    ::torch::jit::Module module = observer_detail::module_with_spec_attributes(
+    ::torch::jit::Module module = detail::module_with_spec_attributes(
         std::string("__torch__.versatil.fake_quantize.") + (per_channel ? "PerChannelFakeQuantize" : "FakeQuantize"),
         kind);
     module.register_attribute("training", c10::BoolType::get(), false);
@@ -51,13 +51,13 @@ inline ::torch::jit::Module compile_prototype(observer_kind kind) {
     module.register_attribute("fake_quant_enabled", c10::BoolType::get(), true);
     module.register_buffer(observer_state::min_val, ::torch::zeros({0}));
     module.register_buffer(observer_state::max_val, ::torch::zeros({0}));
-    observer_detail::define_observer_methods(module, kind, "_observe");
+    detail::define_observer_methods(module, kind, "_observe");
     module.define(std::string(forward_source));
     module.run_method("reset_min_max_vals");
     return module;
 }
 
-}  // namespace fake_quantize_detail
+}  // namespace detail
 
 // A fake-quantize module for one QAT spec (is_fake_quantize with a moving-average observer).
 inline ::torch::jit::Module make_fake_quantize(const quantization_spec& spec) {
@@ -69,10 +69,10 @@ inline ::torch::jit::Module make_fake_quantize(const quantization_spec& spec) {
                     "make_fake_quantize: the spec must be a fake-quantize spec with a moving-average observer "
                     "(a backend's qat option gives one)");
     ::torch::jit::Module module = in_own_unit(
-        observer_detail::prototype<fake_quantize_detail::compile_prototype, observer_kind::moving_average_min_max,
+        detail::prototype<detail::compile_fake_quantize_prototype, observer_kind::moving_average_min_max,
                                    observer_kind::moving_average_per_channel_min_max>(spec.observer)
             .deepcopy());
-    observer_detail::write_spec(module, spec);
+    detail::write_spec(module, spec);
     return module;
 }
 

@@ -120,8 +120,9 @@ inline tensor_pair choose_qparams(const at::Tensor& min_val, const at::Tensor& m
     at::Tensor zero_point = at::empty({count}, at::kLong);
     const math::quant_range range{static_cast<std::int32_t>(quant_min), static_cast<std::int32_t>(quant_max)};
     for (std::int64_t i = 0; i < count; ++i) {
-        const math::quantization_params params = math::choose_qparams(
-            mins.data_ptr<float>()[i], maxs.data_ptr<float>()[i], range, symmetric, unsigned_dtype, static_cast<float>(eps));
+        const math::quantization_params params =
+            math::choose_qparams(mins.data_ptr<float>()[i], maxs.data_ptr<float>()[i], range, symmetric, unsigned_dtype,
+                                 static_cast<float>(eps));
         scale.data_ptr<float>()[i] = params.scale;
         zero_point.data_ptr<std::int64_t>()[i] = params.zero_point;
     }
@@ -130,7 +131,7 @@ inline tensor_pair choose_qparams(const at::Tensor& min_val, const at::Tensor& m
 
 // ---- HistogramObserver (PyTorch 1.13, with the histc range taken as floats, as PyTorch 2.0) ----
 
-namespace histc_detail {
+namespace detail {
 
 // ATen's bin arithmetic for one value, on the grid of `bins` equal bins from leftmost to
 // rightmost: (value - leftmost) * bins / width in float32, the last bin closed on the right.
@@ -148,7 +149,8 @@ struct grid {
     __attribute__((always_inline))
 #endif
     [[nodiscard]] std::int32_t bin_of(float value) const {
-        const std::int32_t inside = static_cast<std::int32_t>(value >= leftmost) & static_cast<std::int32_t>(value <= rightmost);
+        const std::int32_t inside =
+            static_cast<std::int32_t>(value >= leftmost) & static_cast<std::int32_t>(value <= rightmost);
         const std::int32_t keep = -inside;  // all ones where inside
         // Outside values are binned as leftmost, which keeps the conversion to int in range.
         const auto placed = std::bit_cast<float>((std::bit_cast<std::int32_t>(value) & keep) |
@@ -195,7 +197,7 @@ inline int full_block_bins(const grid& grid, const float* values, std::array<std
     return bin_block(grid, values, out.data());
 }
 
-}  // namespace histc_detail
+}  // namespace detail
 
 // torch.histc(values, bins, min, max) for float32 values, as ATen's CPU kernel computes it
 // (the same outer edges, the same float32 arithmetic per value, the same bin for every value)
@@ -222,7 +224,7 @@ inline at::Tensor histc(const at::Tensor& values, std::int64_t bins, float min, 
         values.scalar_type() != at::kFloat || bins >= std::numeric_limits<std::int32_t>::max())
         return at::histc(values, bins, min, max);
     // The edges are linspace(left, right, bins + 1) in float32: its ends are the ends exactly.
-    const histc_detail::grid grid{static_cast<float>(left), static_cast<float>(right), static_cast<float>(bins),
+    const detail::grid grid{static_cast<float>(left), static_cast<float>(right), static_cast<float>(bins),
                                   static_cast<std::int32_t>(bins)};
     const at::Tensor contiguous = values.contiguous();
     const float* data = contiguous.data_ptr<float>();
@@ -235,8 +237,10 @@ inline at::Tensor histc(const at::Tensor& values, std::int64_t bins, float min, 
     constexpr std::size_t sets = 4;
     const std::size_t stride = static_cast<std::size_t>(bins) + 1;
     std::vector<std::int32_t> counts(sets * stride, 0);
-    const auto count = [&](const std::array<std::int32_t, histc_detail::block>& bins_of_values, std::int64_t n) {
-        const auto bin = [&](std::int64_t i) { return static_cast<std::size_t>(bins_of_values[static_cast<std::size_t>(i)]); };
+    const auto count = [&](const std::array<std::int32_t, detail::block>& bins_of_values, std::int64_t n) {
+        const auto bin = [&](std::int64_t i) {
+            return static_cast<std::size_t>(bins_of_values[static_cast<std::size_t>(i)]);
+        };
         std::int64_t i = 0;
         for (; i + static_cast<std::int64_t>(sets) <= n; i += static_cast<std::int64_t>(sets)) {
             ++counts[bin(i)];
@@ -246,11 +250,11 @@ inline at::Tensor histc(const at::Tensor& values, std::int64_t bins, float min, 
         }
         for (; i < n; ++i) ++counts[bin(i)];
     };
-    std::array<std::int32_t, histc_detail::block> bins_of_block{};
+    std::array<std::int32_t, detail::block> bins_of_block{};
     std::int64_t start = 0;
-    for (; start + histc_detail::block <= size; start += histc_detail::block) {
-        if (histc_detail::full_block_bins(grid, data + start, bins_of_block) > 0) return at::histc(values, bins, min, max);
-        count(bins_of_block, histc_detail::block);
+    for (; start + detail::block <= size; start += detail::block) {
+        if (detail::full_block_bins(grid, data + start, bins_of_block) > 0) return at::histc(values, bins, min, max);
+        count(bins_of_block, detail::block);
     }
     for (std::int64_t i = start; i < size; ++i) {
         if (std::isnan(data[i])) return at::histc(values, bins, min, max);

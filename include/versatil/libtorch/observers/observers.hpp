@@ -35,7 +35,7 @@
 
 namespace versatil::libtorch {
 
-namespace observer_detail {
+namespace detail {
 
 // A method of `module` that is one call of operator `op` (observer_ops.hpp), built as a graph:
 // TorchScript source compiled from C++ cannot name operators outside aten. Its arguments are
@@ -73,7 +73,8 @@ inline void define_operator_method(::torch::jit::Module& module, const operator_
     if (method.store.empty()) {
         graph->registerOutput(graph->insertNode(graph->createTuple(call->outputs()))->output());
     } else {
-        for (std::size_t i = 0; i < results; ++i) graph->insertNode(graph->createSetAttr(self, method.store[i], call->output(i)));
+        for (std::size_t i = 0; i < results; ++i)
+            graph->insertNode(graph->createSetAttr(self, method.store[i], call->output(i)));
         graph->registerOutput(inputs.at(method.inputs.front()));
     }
     auto* function = module._ivalue()->compilation_unit()->create_function(
@@ -253,12 +254,15 @@ inline std::string class_name(observer_kind kind) {
 // pass ch_axis -1 whatever the attribute holds.
 inline operator_method statistics_method(observer_kind kind, const std::string& name) {
     if (kind == observer_kind::histogram_auto)
-        return {name, "versatil::observe_histogram_auto", {"x_orig"},
-                {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate", "self.seen_min",
-                 "self.seen_max", "self.moving_min", "self.moving_max", "self.averaging_constant", "self.entropy_histogram",
-                 "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count"},
-                {"min_val", "max_val", "histogram", "seen_min", "seen_max", "moving_min", "moving_max", "entropy_histogram",
-                 "samples", "sample_rate", "lowest", "highest", "seen_count"}};
+        return {
+            name,
+            "versatil::observe_histogram_auto",
+            {"x_orig"},
+            {"x_orig", "self.min_val", "self.max_val", "self.histogram", "self.upsample_rate", "self.seen_min",
+             "self.seen_max", "self.moving_min", "self.moving_max", "self.averaging_constant", "self.entropy_histogram",
+             "self.samples", "self.sample_rate", "self.lowest", "self.highest", "self.seen_count"},
+            {"min_val", "max_val", "histogram", "seen_min", "seen_max", "moving_min", "moving_max", "entropy_histogram",
+             "samples", "sample_rate", "lowest", "highest", "seen_count"}};
     if (kind == observer_kind::histogram_entropy)
         return {name, "versatil::observe_entropy_histogram", {"x_orig"},
                 {"x_orig", "self.min_val", "self.max_val", "self.histogram"},
@@ -279,7 +283,8 @@ inline operator_method statistics_method(observer_kind kind, const std::string& 
 
 // Defines the methods every observer-like class of `kind` shares: the qparams helpers, the
 // statistics as method `statistics_name`, reset_min_max_vals and calculate_qparams.
-inline void define_observer_methods(::torch::jit::Module& module, observer_kind kind, const std::string& statistics_name) {
+inline void define_observer_methods(::torch::jit::Module& module, observer_kind kind,
+                                    const std::string& statistics_name) {
     define_operator_method(module, choose_qparams_method);
     module.define(std::string(unobserved_qparams_source));
     if (kind == observer_kind::placeholder) {
@@ -353,7 +358,7 @@ inline ::torch::jit::Module observer_with_state(const std::string& name, observe
 
 // Compiles the class of one kind, with fresh statistics (reset_min_max_vals). The attribute
 // values are overwritten per spec.
-inline ::torch::jit::Module compile_prototype(observer_kind kind) {
+inline ::torch::jit::Module compile_observer_prototype(observer_kind kind) {
     ::torch::jit::Module observer = observer_with_state(class_name(kind), kind);
     define_observer_methods(observer, kind, "forward");
     observer.eval();
@@ -420,7 +425,7 @@ inline void write_spec(::torch::jit::Module& module, const quantization_spec& sp
         module.setattr("averaging_constant", double{spec.averaging_constant});
 }
 
-}  // namespace observer_detail
+}  // namespace detail
 
 // An observer module for one spec, in the form LibTorch 1.13's graph-mode passes expect:
 // int attributes dtype (ScalarType code), qscheme (QScheme code), ch_axis, quant_min,
@@ -431,8 +436,9 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
         throw error(error_kind::invalid_argument,
                     "make_observer: invalid quantization spec: " + std::string(to_string(rule)));
     if (spec.observer == observer_kind::derived)
-        throw error(error_kind::invalid_argument,
-                    "make_observer: a derived spec (an int32 bias) takes its scale from other tensors and has no observer");
+        throw error(
+            error_kind::invalid_argument,
+            "make_observer: a derived spec (an int32 bias) takes its scale from other tensors and has no observer");
     if (spec.is_fake_quantize)
         throw error(error_kind::invalid_argument,
                     "make_observer: the spec asks for fake quantization (QAT); observers here are for "
@@ -440,13 +446,13 @@ inline ::torch::jit::Module make_observer(const quantization_spec& spec) {
 
     using enum observer_kind;
     ::torch::jit::Module observer = in_own_unit(
-        observer_detail::prototype<observer_detail::compile_prototype, min_max, moving_average_min_max, per_channel_min_max,
+        detail::prototype<detail::compile_observer_prototype, min_max, moving_average_min_max, per_channel_min_max,
                                    moving_average_per_channel_min_max, histogram, histogram_percentile,
                                    histogram_entropy, histogram_auto, placeholder>(spec.observer)
             .deepcopy());
-    observer_detail::write_spec(observer, spec);
+    detail::write_spec(observer, spec);
     if (is_histogram(spec.observer) && spec.observer != observer_kind::histogram_entropy)
-        observer.setattr("dst_nbins", observer_detail::destination_bins(spec.dtype));
+        observer.setattr("dst_nbins", detail::destination_bins(spec.dtype));
     return observer;
 }
 

@@ -18,7 +18,7 @@ inline at::Tensor quantized_weight(const at::Tensor& weight, const quantization_
     const auto qparams = observer.run_method("calculate_qparams").toTuple();
     const at::Tensor scale = qparams->elements()[0].toTensor().to(at::kFloat);
     const at::Tensor zero_point = qparams->elements()[1].toTensor().to(at::kInt);
-    const c10::ScalarType dtype = observer_detail::quantized_scalar_type(spec.dtype);
+    const c10::ScalarType dtype = detail::quantized_scalar_type(spec.dtype);
     if (is_per_channel(spec.qscheme)) return at::quantize_per_channel(weight, scale, zero_point, spec.ch_axis, dtype);
     return at::quantize_per_tensor(weight, scale.item<double>(), zero_point.item<std::int64_t>(), dtype);
 }

@@ -125,9 +125,9 @@ inline std::vector<adjustment> leave_model_outputs_float(const ::torch::jit::Mod
         if (because.empty()) continue;
         const std::int64_t weights = find_submodule(converted, path->second).attr("weight").toTensor().numel();
         if (weights > float_output_weight_limit) {
-            layers.push_back({path->second, "output the model returns rounded to 8 bits, though " + std::string(because) +
-                                                ": its " + std::to_string(weights) + " weights exceed " +
-                                                std::to_string(float_output_weight_limit) +
+            layers.push_back({path->second, "output the model returns rounded to 8 bits, though " +
+                                                std::string(because) + ": its " + std::to_string(weights) +
+                                                " weights exceed " + std::to_string(float_output_weight_limit) +
                                                 ", and a float kernel reading them would cost more than the int8 one"});
             continue;
         }
@@ -156,8 +156,8 @@ inline int unpack_weights_once(::torch::jit::Module& lowered) {
     const ::torch::jit::Value* self = graph->inputs().at(0);
     int unpacked = 0;
     for (::torch::jit::Node* unpack : nodes_where(graph, [&](const ::torch::jit::Node* node) {
-             return detail::is_weight_unpack(node->kind().toQualString()) && node->input(0)->node()->kind() == c10::prim::GetAttr &&
-                    node->input(0)->node()->input() == self;
+             return detail::is_weight_unpack(node->kind().toQualString()) &&
+                    node->input(0)->node()->kind() == c10::prim::GetAttr && node->input(0)->node()->input() == self;
          })) {
         ::torch::jit::Node* read = unpack->input(0)->node();
         const std::string name = read->s(c10::attr::name);

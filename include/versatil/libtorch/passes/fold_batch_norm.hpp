@@ -62,7 +62,8 @@ struct linear_batch_norm_site {
 inline std::vector<linear_batch_norm_site> linear_batch_norm_sites(::torch::jit::Graph& graph) {
     std::vector<linear_batch_norm_site> sites;
     for (::torch::jit::Node* node : graph.nodes()) {  // the top-level block: a call inside a branch stays
-        if (node->kind() != c10::prim::CallMethod || node->s(c10::attr::name) != "forward" || node->inputs().size() != 2)
+        if (node->kind() != c10::prim::CallMethod || node->s(c10::attr::name) != "forward" ||
+            node->inputs().size() != 2)
             continue;
         if (!is_torch_nn_class(node->input(0)->type(), "batchnorm", "BatchNorm1d")) continue;
         ::torch::jit::Node* producer = node->input(1)->node();
@@ -130,9 +131,10 @@ inline void fold_into_linear(::torch::jit::Module linear, const ::torch::jit::Mo
 
 // Folds every `bn(linear(x))` of `model`'s method graphs (torch.nn.Linear, torch.nn.BatchNorm1d
 // with running statistics, both children of the module whose method calls them) into the linear
-// layer, in place: pass a clone in eval mode (Module::clone gives it class types of its own). Graphs belong to class types, which modules of one
-// class share, so a site is folded in every module of the class or, when one of them cannot be
-// folded, in none. The batch norm stays a child, no longer called. Returns the sites folded.
+// layer, in place: pass a clone in eval mode (Module::clone gives it class types of its own).
+// Graphs belong to class types, which modules of one class share, so a site is folded in every
+// module of the class or, when one of them cannot be folded, in none. The batch norm stays a child,
+// no longer called. Returns the sites folded.
 inline int fold_linear_batch_norm(::torch::jit::Module& model) {
     std::vector<::torch::jit::Module> modules;
     for (const auto& item : model.named_modules()) modules.push_back(item.value);
@@ -153,7 +155,8 @@ inline int fold_linear_batch_norm(::torch::jit::Module& model) {
                 if (!foldable) continue;
                 detail::make_bias_optional(same_class.front().attr(site.linear).toModule().type(), modules);
                 for (const ::torch::jit::Module& owner : same_class)
-                    detail::fold_into_linear(owner.attr(site.linear).toModule(), owner.attr(site.batch_norm).toModule());
+                    detail::fold_into_linear(owner.attr(site.linear).toModule(),
+                                             owner.attr(site.batch_norm).toModule());
                 site.batch_norm_call->output()->replaceAllUsesWith(site.linear_call->output());
                 site.batch_norm_call->destroy();
                 changed = true;
@@ -168,7 +171,8 @@ inline int fold_linear_batch_norm(::torch::jit::Module& model) {
 // Batch norm folded into the convolutions and linear layers before it (see above). `clone` is
 // the caller's own eval-mode copy: the linear fold edits it.
 inline ::torch::jit::Module fold_batch_norms(::torch::jit::Module clone) {
-    ::torch::jit::Module folded = detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
+    ::torch::jit::Module folded =
+        detail::has_torch_nn_convolution(clone) ? ::torch::jit::FoldConvBatchNorm(clone) : clone;
     fold_linear_batch_norm(folded);
     return folded;
 }

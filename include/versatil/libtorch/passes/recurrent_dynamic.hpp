@@ -10,7 +10,6 @@
 // and packed sequences are not quantized here yet and say so.
 #pragma once
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/script.h>
 
@@ -21,14 +20,15 @@
 
 #include "versatil/libtorch/observers/quantized_weight.hpp"
 #include "versatil/libtorch/plan/plan.hpp"
+#include "versatil/libtorch/torchscript/call_operator.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 
 namespace versatil::libtorch {
 
-namespace recurrent_detail {
+namespace detail {
 
 // The recurrent ops of a TorchScript graph and the layer each belongs to.
-inline std::optional<std::string> layer_kind(const ::torch::jit::Node* node) {
+inline std::optional<std::string> recurrent_layer_type(const ::torch::jit::Node* node) {
     const std::string_view kind = node->kind().toQualString();
     if (kind == "aten::lstm") return "LSTM";
     if (kind == "aten::gru") return "GRU";
@@ -47,9 +47,11 @@ enum argument : std::size_t { params = 2, has_biases = 3, num_layers = 4, train 
 // when it can.
 inline std::optional<std::string> stays_float_because(const ::torch::jit::Node* node, const std::string& kind) {
     if (kind == "RNN") return "LibTorch 1.13 has no quantized RNN op (quantize_dynamic leaves nn.RNN float too)";
-    if (kind != "LSTM" && kind != "GRU") return "a single " + kind + " is not quantized by versatil yet (only LSTM and GRU)";
+    if (kind != "LSTM" && kind != "GRU")
+        return "a single " + kind + " is not quantized by versatil yet (only LSTM and GRU)";
     const c10::FunctionSchema* schema = node->maybeSchema();
-    if (!schema || schema->overload_name() != "input") return "its input is a packed sequence, not quantized by versatil yet";
+    if (!schema || schema->overload_name() != "input")
+        return "its input is a packed sequence, not quantized by versatil yet";
     const auto constant = [&](std::size_t index) { return ::torch::jit::toIValue(node->input(index)); };
     const std::optional<c10::IValue> weights = constant(params), biased = constant(has_biases),
                                      layers = constant(num_layers), training = constant(train),
@@ -63,15 +65,9 @@ inline std::optional<std::string> stays_float_because(const ::torch::jit::Node* 
     if (static_cast<std::int64_t>(weights->toTensorList().size()) != cells * 4)
         return "it has a projection (proj_size): LibTorch 1.13's quantized LSTM has none";
     for (const at::Tensor& weight : weights->toTensorVector())
-        if (weight.scalar_type() != at::kFloat) return std::string("its weights are ") + c10::toString(weight.scalar_type());
+        if (weight.scalar_type() != at::kFloat)
+            return std::string("its weights are ") + c10::toString(weight.scalar_type());
     return std::nullopt;
-}
-
-inline c10::IValue call_operator(const char* name, std::vector<c10::IValue> arguments) {
-    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
-    ::torch::jit::Stack stack(std::move(arguments));
-    op.callBoxed(&stack);
-    return stack.front();
 }
 
 // The cells of a layer's flat weights (w_ih, w_hh, b_ih, b_hh per layer and direction), made as
@@ -83,11 +79,12 @@ inline c10::impl::GenericList quantized_cells(const std::vector<at::Tensor>& fla
         const at::Tensor &w_ih = flat_weights[i], &w_hh = flat_weights[i + 1];
         const at::Tensor &b_ih = flat_weights[i + 2], &b_hh = flat_weights[i + 3];
         const c10::IValue packed_ih =
-            call_operator("quantized::linear_prepack", {quantized_weight(w_ih, weight_spec), b_ih});
+            call_operator("quantized::linear_prepack", {quantized_weight(w_ih, weight_spec), b_ih}).front();
         const c10::IValue packed_hh =
-            call_operator("quantized::linear_prepack", {quantized_weight(w_hh, weight_spec), b_hh});
+            call_operator("quantized::linear_prepack", {quantized_weight(w_hh, weight_spec), b_hh}).front();
         const c10::IValue cell = call_operator("quantized::make_quantized_cell_params_dynamic",
-                                               {packed_ih, packed_hh, b_ih, b_hh, reduce_range});
+                                               {packed_ih, packed_hh, b_ih, b_hh, reduce_range})
+                                     .front();
         if (!cells) cells.emplace(cell.type());
         cells->push_back(cell);
     }
@@ -108,11 +105,13 @@ inline void replace_with_quantized(::torch::jit::Module& module, ::torch::jit::N
         inputs.push_back(graph.insertConstant(static_cast<std::int64_t>(at::kQInt8)));
         inputs.push_back(graph.insertConstant(true));
     }
-    ::torch::jit::Node* quantized = graph.create(c10::Symbol::fromQualString(lstm ? "aten::quantized_lstm" : "aten::quantized_gru"),
-                                                 inputs, node->outputs().size());
+    ::torch::jit::Node* quantized =
+        graph.create(c10::Symbol::fromQualString(lstm ? "aten::quantized_lstm" : "aten::quantized_gru"), inputs,
+                     node->outputs().size());
     quantized->insertBefore(node)->copyMetadata(node);
     if (!quantized->maybeSchema())
-        throw std::runtime_error("versatil: no quantized recurrent op matches " + std::string(node->kind().toQualString()));
+        throw std::runtime_error("versatil: no quantized recurrent op matches " +
+                                 std::string(node->kind().toQualString()));
     for (std::size_t i = 0; i < node->outputs().size(); ++i) {
         quantized->output(i)->setType(node->output(i)->type());
         node->output(i)->replaceAllUsesWith(quantized->output(i));
@@ -120,35 +119,36 @@ inline void replace_with_quantized(::torch::jit::Module& module, ::torch::jit::N
     node->destroy();
 }
 
-}  // namespace recurrent_detail
+}  // namespace detail
 
 // Every recurrent layer of a frozen model's forward, those of dynamic targets quantized in place
 // on the plan's engine (with engine_scope(plan.engine) active), each with its outcome. LibTorch's
 // QNNPACK ignores reduce_range and warns on every step when asked for it, so its cells are not
 // (same outputs); the other engines get it, as quantize_dynamic gives it.
-inline std::vector<recurrent_layer> quantize_recurrent_layers(::torch::jit::Module& frozen, const quantization_plan& plan) {
+inline std::vector<recurrent_layer> quantize_recurrent_layers(::torch::jit::Module& frozen,
+                                                              const quantization_plan& plan) {
     std::vector<recurrent_layer> layers;
     const std::shared_ptr<::torch::jit::Graph> graph = frozen.get_method("forward").graph();
     const bool reduce_range = plan.engine != at::QEngine::QNNPACK;
     for (::torch::jit::Node* node : nodes_where(graph, [](const ::torch::jit::Node* n) {
-             return recurrent_detail::layer_kind(n).has_value();
+             return detail::recurrent_layer_type(n).has_value();
          })) {
-        recurrent_layer layer{call_stack_path(node).value_or(""), *recurrent_detail::layer_kind(node)};
+        recurrent_layer layer{call_stack_path(node).value_or(""), *detail::recurrent_layer_type(node)};
         const target_plan* target = plan.target_for(layer.module_path);
         if (!target) {
             layer.stays_float_because = "outside every target, or excluded";
         } else if (!target->dynamic) {
             layer.stays_float_because = "LibTorch 1.13 quantizes LSTM and GRU dynamically only: give its target the "
                                         "dynamic option";
-        } else if (auto because = recurrent_detail::stays_float_because(node, layer.kind)) {
+        } else if (auto because = detail::stays_float_because(node, layer.kind)) {
             layer.stays_float_because = std::move(*because);
         } else {
-            const auto flat_weights = ::torch::jit::toIValue(node->input(recurrent_detail::params))->toTensorVector();
+            const auto flat_weights = ::torch::jit::toIValue(node->input(detail::params))->toTensorVector();
             const quantization_spec& weight_spec = *plan.quantizer.quantizer_for(layer.module_path)->config().weight;
             std::string attribute = "_recurrent_cells_" + std::to_string(layers.size());
             while (frozen.hasattr(attribute)) attribute += "_";
-            recurrent_detail::replace_with_quantized(
-                frozen, node, recurrent_detail::quantized_cells(flat_weights, weight_spec, reduce_range), attribute);
+            detail::replace_with_quantized(
+                frozen, node, detail::quantized_cells(flat_weights, weight_spec, reduce_range), attribute);
             layer.quantized = true;
         }
         layers.push_back(std::move(layer));

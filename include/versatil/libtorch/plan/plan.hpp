@@ -64,7 +64,7 @@ struct quantization_plan {
     device_set devices{};  // where LibTorch runs the model: its backends' devices, or where it evaluates them
     ::torch::jit::QuantType quant_type = ::torch::jit::QuantType::STATIC;
     std::map<std::string, target_plan, std::less<>> targets{};  // by target path; none for an exclude
-    bool keeps_float_model = false;  // for the steps that read prepare's float model (GPTQ, AdaRound, ...)
+    bool keeps_folded_model = false;  // for the steps that read prepare's float model (GPTQ, AdaRound, ...)
 
     // The plan of the target that quantizes `path`; none outside every target or in an exclude.
     [[nodiscard]] const target_plan* target_for(std::string_view path) const {
@@ -133,7 +133,7 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
                              target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
                                          config.cross_layer_equalization, config.gptq, config.bias_correction,
                                          q.is_dynamic(), q.is_qat(), config.adaround, config.chooses_output_ranges});
-        plan.keeps_float_model = plan.keeps_float_model || config.gptq || config.bias_correction || config.adaround ||
+        plan.keeps_folded_model = plan.keeps_folded_model || config.gptq || config.bias_correction || config.adaround ||
                                  config.chooses_output_ranges;
     }
     return plan;
@@ -151,7 +151,7 @@ struct staged_model {
     // prepare's float model (batch norm folded, equalized where cle is on) before observers went
     // in: what bias correction measures the converted model against, and what GPTQ takes the
     // layers' inputs from. Kept only when a target has one of those steps; lower() drops it.
-    std::optional<::torch::jit::Module> float_model{};
+    std::optional<::torch::jit::Module> folded_model{};
     std::vector<recurrent_layer> recurrent_layers{};  // lowered: every recurrent layer, quantized or not
 };
 

@@ -30,7 +30,7 @@ inline converted_model convert(prepared_model prepared, bool in_place) {
         for (adjustment& values : leave_unread_values_float(converted, prepared.plan))
             prepared.adjustments.push_back(std::move(values));
         return {std::move(converted), std::move(prepared.plan), std::move(prepared.adjustments),
-                std::move(prepared.float_model)};
+                std::move(prepared.folded_model)};
     } catch (const std::exception& failure) {
         throw error(error_kind::unsupported_model,
                     "LibTorch cannot insert quantize/dequantize pairs in this model: " + one_line(failure));

@@ -41,7 +41,7 @@
 
 namespace versatil::libtorch {
 
-namespace dynamic_detail {
+namespace detail {
 
 // The targeted linear ops of a frozen graph with how each is quantized (its backend's weight
 // spec and LibTorch's reduce_range until measured: dynamic_weight_choice.hpp), or none when one
@@ -55,7 +55,8 @@ struct targeted_linear {
 inline std::optional<std::vector<targeted_linear>> targeted_linears(const std::shared_ptr<::torch::jit::Graph>& graph,
                                                                     const runtime_quantizer& quantizer) {
     std::vector<targeted_linear> found;
-    for (::torch::jit::Node* node : nodes_where(graph, [](const ::torch::jit::Node* n) { return n->kind() == c10::aten::linear; })) {
+    for (::torch::jit::Node* node :
+         nodes_where(graph, [](const ::torch::jit::Node* n) { return n->kind() == c10::aten::linear; })) {
         const std::optional<backend_quantizer> applies = quantizer.quantizer_for(call_stack_path(node).value_or(""));
         if (!applies) continue;
         const bool constant_weight = node->input(1)->node()->kind() == c10::prim::Constant &&
@@ -155,8 +156,9 @@ inline std::optional<frozen_for_direct_path> freeze_for_direct_path(const ::torc
 // attribute), and quantized::linear_dynamic on an input and that packed weight.
 inline ::torch::jit::Value* insert_packed_weight(::torch::jit::Graph& graph, const targeted_linear& linear) {
     const at::Tensor weight = ::torch::jit::toIValue(linear.node->input(1))->toTensor();
-    return graph.insert(c10::Symbol::fromQualString("quantized::linear_prepack"),
-                        {graph.insertConstant(quantized_weight(weight, linear.quantized.weight)), linear.node->input(2)});
+    return graph.insert(
+        c10::Symbol::fromQualString("quantized::linear_prepack"),
+        {graph.insertConstant(quantized_weight(weight, linear.quantized.weight)), linear.node->input(2)});
 }
 
 inline ::torch::jit::Value* insert_linear_dynamic(::torch::jit::Graph& graph, const targeted_linear& linear,
@@ -167,30 +169,31 @@ inline ::torch::jit::Value* insert_linear_dynamic(::torch::jit::Graph& graph, co
 }
 
 
-}  // namespace dynamic_detail
+}  // namespace detail
 
 // Dynamic targets quantized directly into the lowered module; none when the model needs the
 // graph-mode path (see above). Runs one forward on options.sample, as lower() does. With
 // `choose_on` batches (the calibration data), each layer's weight scheme and reduce_range are
 // chosen on them with the engine (freeze_for_direct_path).
-inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::Module& model, const quantization_plan& plan,
+inline std::optional<lowered_model> lower_dynamic_directly(const ::torch::jit::Module& model,
+                                                           const quantization_plan& plan,
                                                            const lowering_options& options = {},
                                                            const std::vector<batch>& choose_on = {}) {
     if (plan.quant_type != ::torch::jit::QuantType::DYNAMIC || plan.quantizer.is_qat()) return std::nullopt;
     check_model_fits(model, plan.quantizer, plan.devices);
     const auto environment = plan.quantizer.environment_context();
     const engine_scope engine(engine_settings{plan.engine, options.threads, std::nullopt});
-    auto frozen = dynamic_detail::freeze_for_direct_path(model, plan, choose_on);
+    auto frozen = detail::freeze_for_direct_path(model, plan, choose_on);
     if (!frozen) return std::nullopt;
     ::torch::jit::Module& lowered = frozen->module;
     const std::shared_ptr<::torch::jit::Graph> graph = lowered.get_method("forward").graph();
     std::vector<recurrent_layer> recurrent;
     try {
-        for (const dynamic_detail::targeted_linear& linear : frozen->linears) {
+        for (const detail::targeted_linear& linear : frozen->linears) {
             const ::torch::jit::WithInsertPoint before(linear.node);
-            ::torch::jit::Value* packed = dynamic_detail::insert_packed_weight(*graph, linear);
+            ::torch::jit::Value* packed = detail::insert_packed_weight(*graph, linear);
             linear.node->output()->replaceAllUsesWith(
-                dynamic_detail::insert_linear_dynamic(*graph, linear, linear.node->input(0), packed));
+                detail::insert_linear_dynamic(*graph, linear, linear.node->input(0), packed));
             linear.node->destroy();
         }
         ::torch::jit::EliminateDeadCode(graph);

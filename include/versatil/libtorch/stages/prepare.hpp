@@ -50,7 +50,8 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
     const std::set<std::string> in_loops = layers_called_in_loops(model);
     for (const auto& item : model.named_modules()) {
         const target_plan* target = plan.target_for(item.name);
-        if (!target || in_loops.contains(item.name) || !target->per_tensor_linear || !calls_op(item.value, is_linear_op))
+        if (!target || in_loops.contains(item.name) || !target->per_tensor_linear ||
+            !calls_op(item.value, is_linear_op))
             continue;
         dict[item.name] = *target->per_tensor_linear;
         adjustments.push_back({item.name, "per-tensor symmetric weights: " +
@@ -93,7 +94,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
         split_shared_types(folded, dict);
         // InsertObservers edits `folded` in place: the float model the plan keeps is a copy.
-        if (plan.keeps_float_model) prepared.float_model = folded.clone();
+        if (plan.keeps_folded_model) prepared.folded_model = folded.clone();
         // Fewer calls for InsertObservers to preprocess (leaf_calls.hpp). QAT keeps its modules
         // as they are: what it trains is the model the user wrote.
         if (!quantizer.is_qat()) inline_parameterless_leaf_calls(folded, dict);

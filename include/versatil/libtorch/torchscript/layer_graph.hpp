@@ -34,21 +34,24 @@ inline std::string plain_class_name(const ::torch::jit::Module& module) {
     return std::regex_replace(module.type()->name()->qualifiedName(), mangle, "");
 }
 
-enum class layer_kind { conv, linear };
+// The op a weighted layer computes with: a convolution or a linear map.
+enum class weighted_op { conv, linear };
 
 // A conv or linear module, as quantization sees one: no children, a floating `weight`
 // parameter ([out, in / groups, kernel...] or [out, in]), a `bias` that is a tensor or None, and
 // conv or linear ops (of one kind) in its own methods.
-inline std::optional<layer_kind> weighted_layer_kind(const ::torch::jit::Module& module) {
-    if (module.named_children().size() != 0 || !module.hasattr("weight") || !module.hasattr("bias")) return std::nullopt;
+inline std::optional<weighted_op> weighted_op_of(const ::torch::jit::Module& module) {
+    if (module.named_children().size() != 0 || !module.hasattr("weight") || !module.hasattr("bias"))
+        return std::nullopt;
     const c10::IValue weight = module.attr("weight"), bias = module.attr("bias");
     if (!weight.isTensor() || !at::isFloatingType(weight.toTensor().scalar_type()) || weight.toTensor().dim() < 2 ||
         !(bias.isTensor() || bias.isNone()))
         return std::nullopt;
-    const bool conv = calls_op(module, [](std::string_view kind) { return is_quantizable_op(kind) && !is_linear_op(kind); });
+    const bool conv =
+        calls_op(module, [](std::string_view kind) { return is_quantizable_op(kind) && !is_linear_op(kind); });
     const bool linear = calls_op(module, is_linear_op);
     if (conv == linear) return std::nullopt;
-    return conv ? layer_kind::conv : layer_kind::linear;
+    return conv ? weighted_op::conv : weighted_op::linear;
 }
 
 // What lies between two layers. relu is positive-homogeneous (relu(s x) = s relu(x) for s > 0),
@@ -94,7 +97,7 @@ inline std::optional<activation_kind> connector_op(std::string_view kind) {
 
 struct weighted_layer {
     std::string path;
-    layer_kind kind = layer_kind::conv;
+    weighted_op kind = weighted_op::conv;
     int call_sites = 0;  // CallMethod nodes on it in the inlined forward
 };
 
@@ -149,14 +152,15 @@ inline layer_graph find_layer_graph(const ::torch::jit::Module& model) {
         if (found != is_leaf.end()) return found->second;
         const auto module = example.find(type.get());
         const bool leaf = module != example.end() &&
-                          (weighted_layer_kind(module->second).has_value() || connector_module(module->second).has_value());
+                          (weighted_op_of(module->second).has_value() || connector_module(module->second).has_value());
         return is_leaf.emplace(type.get(), leaf).first->second;
     };
     const std::shared_ptr<::torch::jit::Graph> graph = model.get_method("forward").graph()->copy();
     detail::inline_calls_except(graph, keep);
 
     const std::map<const ::torch::jit::Value*, std::string> path_of = module_value_paths(graph);
-    const auto module_at = [&](const ::torch::jit::Value* value) -> std::optional<std::pair<std::string, ::torch::jit::Module>> {
+    const auto module_at =
+        [&](const ::torch::jit::Value* value) -> std::optional<std::pair<std::string, ::torch::jit::Module>> {
         const auto path = path_of.find(value);
         if (path == path_of.end()) return std::nullopt;
         const auto module = by_path.find(path->second);
@@ -171,12 +175,13 @@ inline layer_graph find_layer_graph(const ::torch::jit::Module& model) {
         if (node->kind() != c10::prim::CallMethod) return;
         const auto module = module_at(node->input(0));
         if (!module) return;
-        const std::optional<layer_kind> kind = weighted_layer_kind(module->second);
+        const std::optional<weighted_op> kind = weighted_op_of(module->second);
         if (!kind) return;
         auto [entry, added] = index.emplace(module->first, result.layers.size());
         if (added) result.layers.push_back({module->first, *kind, 0});
         ++result.layers[entry->second].call_sites;
-        if (node->s(c10::attr::name) == "forward" && node->inputs().size() == 2) layer_call.emplace(node, entry->second);
+        if (node->s(c10::attr::name) == "forward" && node->inputs().size() == 2)
+            layer_call.emplace(node, entry->second);
     });
 
     // The one use of a value, if it has exactly one.
@@ -188,7 +193,8 @@ inline layer_graph find_layer_graph(const ::torch::jit::Module& model) {
         return found == layer_call.end() ? std::nullopt : std::optional{found->second};
     };
     // What `user` is between two layers, if it passes `value` on.
-    const auto connector = [&](const ::torch::jit::Node* user, const ::torch::jit::Value* value) -> std::optional<activation_kind> {
+    const auto connector = [&](const ::torch::jit::Node* user,
+                               const ::torch::jit::Value* value) -> std::optional<activation_kind> {
         if (user->outputs().size() != 1) return std::nullopt;
         if (user->kind() == c10::prim::CallMethod) {
             const auto module = module_at(user->input(0));

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <memory>
@@ -73,6 +74,14 @@ inline output_comparison compare_outputs(const at::Tensor& reference, const at::
     const double signal = ref.pow(2).sum().item<double>();
     if (noise > 0.0) result.sqnr_db = 10.0 * std::log10(signal / noise);
     return result;
+}
+
+// An SQNR as the report's adjustments write it: "31.42 dB", or "exact" when infinite (no noise).
+inline std::string sqnr_text(double sqnr_db) {
+    if (std::isinf(sqnr_db)) return "exact";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f dB", sqnr_db);
+    return text;
 }
 
 // Every output compared on its own, then all together (their values as one signal).
@@ -195,8 +204,9 @@ namespace detail {
 inline std::int64_t count_nodes(const ::torch::jit::Module& model, bool (*matches)(std::string_view kind)) {
     auto graph = model.get_method("forward").graph()->copy();
     ::torch::jit::Inline(*graph);
-    return static_cast<std::int64_t>(
-        nodes_where(graph, [&](const ::torch::jit::Node* node) { return matches(node->kind().toQualString()); }).size());
+    return static_cast<std::int64_t>(nodes_where(graph, [&](const ::torch::jit::Node* node) {
+                                         return matches(node->kind().toQualString());
+                                     }).size());
 }
 
 inline thread_local std::map<std::string, std::int64_t>* executed_op_counts = nullptr;
@@ -234,13 +244,15 @@ inline std::map<std::string, std::int64_t> executed_ops(const ::torch::jit::Modu
         }
     };
     detail::executed_op_counts = &counts;
-    const counting scope{at::addThreadLocalCallback(
-        at::RecordFunctionCallback(&detail::count_executed_op, &detail::end_executed_op).scopes({at::RecordScope::FUNCTION}))};
+    const counting scope{
+        at::addThreadLocalCallback(at::RecordFunctionCallback(&detail::count_executed_op, &detail::end_executed_op)
+                                       .scopes({at::RecordScope::FUNCTION}))};
     module.forward(inputs.arguments());
     return counts;
 }
 
-inline std::int64_t count_ops(const std::map<std::string, std::int64_t>& counts, bool (*matches)(std::string_view kind)) {
+inline std::int64_t count_ops(const std::map<std::string, std::int64_t>& counts,
+                              bool (*matches)(std::string_view kind)) {
     std::int64_t total = 0;
     for (const auto& [name, count] : counts)
         if (matches(name)) total += count;

@@ -54,7 +54,8 @@ inline object_ptr rehome(const object_ptr& object, const std::shared_ptr<::torch
 // prototypes' unit for as long as the process runs.
 inline ::torch::jit::Module in_own_unit(const ::torch::jit::Module& module) {
     std::unordered_map<const c10::ivalue::Object*, detail::object_ptr> copies;
-    return ::torch::jit::Module(detail::rehome(module._ivalue(), std::make_shared<::torch::jit::CompilationUnit>(), copies));
+    return ::torch::jit::Module(
+        detail::rehome(module._ivalue(), std::make_shared<::torch::jit::CompilationUnit>(), copies));
 }
 
 // What Module::clone gives (new types, the data copied), in a compilation unit of its own, with
