@@ -109,3 +109,49 @@ TEST_CASE("an accuracy step added to the list runs at the point of the sequence 
     (void)libtorch::detail::run_sequence(small_cnn_mlp(0), plan, data, {.progress = false});
     CHECK(toy_log.empty());
 }
+
+// A calibration policy that does what this_process does and writes down what it was asked.
+namespace {
+struct recording_policy {
+    std::vector<std::string> calls;
+    void calibrate(prepared_model& prepared, const std::vector<batch>& batches, bool progress) {
+        calls.push_back("calibrate " + std::to_string(samples_in(batches)) + " samples");
+        this_process::calibrate(prepared, batches, progress);
+    }
+    qat_result train(prepared_model& prepared, const at::Tensor& images, const at::Tensor& labels,
+                     const qat_options& qat) {
+        calls.push_back("train " + std::to_string(qat.training.steps) + " steps");
+        return this_process::train(prepared, images, labels, qat);
+    }
+};
+static_assert(calibration_policy<recording_policy>);
+}  // namespace
+
+TEST_CASE("the calibration policy given to quantize() calibrates the model it lowers, once; the analysis calibrates "
+          "its own in this process") {
+    // The distributed CLI run hands across_processes to quantize_to_target; this stands in for it. Its one
+    // call is the run's own calibration: what the per-layer analysis quantizes on its own (layers on
+    // borrowed grids) it calibrates here, and must not ask other processes to join.
+    const quantize_data data{smooth_batches(8, 32, 1), smooth_batches(4, 32, 2), std::nullopt};
+    const runtime_quantizer quantizer = whole_model("x86_inductor");
+    recording_policy recording;
+    const quantization_result given = quantize(small_cnn_mlp(0), quantizer, data, {.progress = false}, recording);
+    CHECK(recording.calls == std::vector<std::string>{"calibrate 256 samples"});
+    CHECK_FALSE(given.report.per_layer.empty());
+    // The policy does what this_process does, so the model is the default's, bit for bit.
+    const quantization_result plain = quantize(small_cnn_mlp(0), quantizer, data, {.progress = false});
+    const engine_scope engine(plain.model.plan.engine);
+    CHECK(at::equal(run_batches(plain.model.module.deepcopy(), data.evaluation).tensors.front(),
+                    run_batches(given.model.module.deepcopy(), data.evaluation).tensors.front()));
+
+    // QAT targets train through the policy instead.
+    quantize_data training = data;
+    const at::Tensor images = concatenate(data.calibration).front();
+    training.train_inputs = images;
+    training.train_labels = at::arange(images.size(0)) % 10;
+    quantize_options brief{.per_layer = false, .progress = false};
+    brief.qat.training.steps = 2;
+    recording.calls.clear();
+    (void)quantize_model(small_cnn_mlp(0), whole_model("x86_inductor:qat"), training, brief, recording);
+    CHECK(recording.calls == std::vector<std::string>{"train 2 steps"});
+}

@@ -47,8 +47,7 @@
 #include "command_help.hpp"
 #include "option_errors.hpp"
 #ifdef USE_C10D_GLOO
-#include "versatil/libtorch/distributed/calibrate_distributed.hpp"
-#include "versatil/libtorch/distributed/qat.hpp"
+#include "versatil/libtorch/distributed/across_processes.hpp"
 #endif
 
 namespace {
@@ -84,7 +83,8 @@ inputs from_files(const std::string& model_path, const std::optional<std::string
 // LibTorch offers at run time (a backend whose engine is missing cannot lower; LibTorch also
 // lists NoQEngine, which is none).
 std::string version_text() {
-    std::string text = "versatil " + std::string(versatil::version) + "\nLibTorch " TORCH_VERSION "\nquantized engines:";
+    std::string text =
+        "versatil " + std::string(versatil::version) + "\nLibTorch " TORCH_VERSION "\nquantized engines:";
     for (const at::QEngine engine : at::globalContext().supportedQEngines())
         if (engine != at::QEngine::NoQEngine) text += " " + engine_name(engine);
     return text;
@@ -102,16 +102,16 @@ std::string export_namespace(const std::string& header_path, const std::optional
     return name;
 }
 
-// The processes of a distributed run: joined with Gloo, each calibrating (or training) its share through
-// quantize_options' hooks, with what each rank contributed for the report. Without Gloo, one process only.
+// The processes of a distributed run, joined with Gloo, each calibrating (or training) its share:
+// the sequence's calibration policy is across_processes then, this_process otherwise. Without
+// Gloo, one process only.
 struct world_run {
 #ifdef USE_C10D_GLOO
     std::optional<process_group> group;
-    distributed_calibration calibrated;
-    distributed_qat trained;
+    std::optional<across_processes> shared;  // once joined; it keeps what each rank contributed
 
     // Rank 0 says where it listens before waiting (MASTER_PORT 0: the port the OS picked).
-    world_run(const world_config& world, quantize_options& options)
+    explicit world_run(const world_config& world)
         : group(process_group::join(world, [&](std::uint16_t port) {
               std::fprintf(stderr, "versatil-quantize: %s listening at %s:%u\n", describe(world).c_str(),
                            world.master_addr.c_str(), static_cast<unsigned>(port));
@@ -120,21 +120,13 @@ struct world_run {
         if (!group) return;
         std::fprintf(stderr, "versatil-quantize: %s joined at %s:%u\n", describe(world).c_str(),
                      world.master_addr.c_str(), static_cast<unsigned>(group->world().master_port));
-        options.calibrate_with = [this, &world](prepared_model& prepared, const std::vector<libtorch::batch>& batches) {
-            calibrated = calibrate_distributed(prepared, batches, *group, {.progress = world.writes_outputs()});
-        };
-        options.train_with = [this, &world](prepared_model& prepared, const at::Tensor& images,
-                                            const at::Tensor& labels, qat_options training) {
-            training.progress = training.progress && world.writes_outputs();
-            trained = train_qat_distributed(prepared, images, labels, *group, training);
-            return trained.training;
-        };
+        shared.emplace(across_processes{.group = *group, .draws_progress = world.writes_outputs()});
     }
-    const std::vector<std::int64_t>& samples_per_rank(bool qat) const {
-        return qat ? trained.samples_per_rank : calibrated.samples_per_rank;
+    std::vector<std::int64_t> samples_per_rank(bool qat) const {
+        return shared ? shared->samples_per_rank(qat) : std::vector<std::int64_t>{};
     }
 #else
-    world_run(const world_config& world, const quantize_options&) {
+    explicit world_run(const world_config& world) {
         if (world.is_distributed())
             throw error(error_kind::invalid_argument,
                         "this versatil-quantize was built without LibTorch's Gloo process group (libgloo-dev); "
@@ -142,6 +134,16 @@ struct world_run {
     }
     std::vector<std::int64_t> samples_per_rank(bool) const { return {}; }
 #endif
+
+    // `work(policy)` with the run's calibration policy.
+    template <class Work>
+    auto with_policy(Work&& work) {
+#ifdef USE_C10D_GLOO
+        if (shared) return work(*shared);
+#endif
+        this_process alone;
+        return work(alone);
+    }
 };
 
 // The outputs staged before the run, written and committed as a set: a report never describes a model
@@ -220,7 +222,9 @@ int main(int argc, char** argv) {
                    "accuracy target: as --min-sqnr, until top-1 is at most POINTS below the float model's (needs "
                    "the data file's test and test_labels)")
         ->type_name("POINTS");
-    app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")->type_name("N")->check(at_least(1));
+    app.add_option("--steps", qat.training.steps, "QAT: training steps (default 300)")
+        ->type_name("N")
+        ->check(at_least(1));
     app.add_option("--lr", qat.training.learning_rate, "QAT: Adam learning rate (default 1e-4)")
         ->type_name("X")
         ->check(above_zero());
@@ -230,10 +234,12 @@ int main(int argc, char** argv) {
     world_flags world_given;
     app.add_option("--RANK", world_given.rank, "this process's rank, 0 to WORLD_SIZE - 1 (default: $RANK)")
         ->type_name("R");
-    app.add_option("--WORLD_SIZE", world_given.world_size,
-                   "processes calibrating or training together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs")
+    app.add_option(
+           "--WORLD_SIZE", world_given.world_size,
+           "processes calibrating or training together (default: $WORLD_SIZE, else 1); rank 0 writes the outputs")
         ->type_name("N");
-    app.add_option("--MASTER_ADDR", world_given.master_addr, "rank 0's host, where the processes meet (default: $MASTER_ADDR)")
+    app.add_option("--MASTER_ADDR", world_given.master_addr,
+                   "rank 0's host, where the processes meet (default: $MASTER_ADDR)")
         ->type_name("HOST");
     app.add_option("--MASTER_PORT", world_given.master_port,
                    "a free TCP port on rank 0's host, or 0 on rank 0 for one the OS picks, announced on stderr as "
@@ -266,7 +272,8 @@ int main(int argc, char** argv) {
         auto quantizer = runtime_quantizer::compose(std::move(targets));
         if (!quantizer) throw error(error_kind::invalid_argument, quantizer.error().message);
         if (data_path && !model_path)
-            throw error(error_kind::invalid_argument, "--data needs --model (the embedded default brings its own data)");
+            throw error(error_kind::invalid_argument,
+                        "--data needs --model (the embedded default brings its own data)");
         for (const char* option : {"--export-namespace", "--export-input-layout"})
             if (!export_path && app.count(option) > 0)
                 throw error(error_kind::invalid_argument,
@@ -319,18 +326,20 @@ int main(int argc, char** argv) {
             in.data.train_inputs = inputs;
             in.data.train_labels = inputs.flatten(1).matmul(projection).argmax(1);
         }
-        quantize_options options{.batch_size = batch, .threads = threads, .per_layer = !no_per_layer, .progress = true, .qat = qat,
-                                 .per_layer_samples = per_layer_samples};
-        world_run processes(world, options);  // its hooks write to it
+        const quantize_options options{.batch_size = batch, .threads = threads, .per_layer = !no_per_layer,
+                                       .progress = true, .qat = qat, .per_layer_samples = per_layer_samples};
+        world_run processes(world);
         if (!world.writes_outputs()) {
-            calibrate_only(in.model, *quantizer, in.data, options);
+            processes.with_policy(
+                [&](auto& policy) { calibrate_only(in.model, *quantizer, in.data, options, policy); });
             std::printf("versatil-quantize: %s %s %lld samples; rank 0 converts and writes\n", describe(world).c_str(),
                         quantizer->is_qat() ? "trained on" : "observed",
                         static_cast<long long>(
                             processes.samples_per_rank(quantizer->is_qat()).at(static_cast<std::size_t>(world.rank))));
             return 0;
         }
-        quantization_result result = quantize_to_target(in.model, *quantizer, in.data, target, options);
+        quantization_result result = processes.with_policy(
+            [&](auto& policy) { return quantize_to_target(in.model, *quantizer, in.data, target, options, policy); });
         if (world.is_distributed()) {
             result.report.world_size = world.size;
             result.report.samples_per_rank = processes.samples_per_rank(quantizer->is_qat());

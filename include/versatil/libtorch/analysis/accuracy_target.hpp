@@ -73,7 +73,8 @@ inline bool meets(const quantization_report& report, const accuracy_target& targ
 inline runtime_quantizer keeping_in_float(const runtime_quantizer& quantizer, const std::vector<std::string>& layers) {
     std::vector<runtime_target> targets = quantizer.targets();
     for (const std::string& layer : layers) {
-        const auto same = std::find_if(targets.begin(), targets.end(), [&](const runtime_target& t) { return t.path == layer; });
+        const auto same =
+            std::find_if(targets.begin(), targets.end(), [&](const runtime_target& t) { return t.path == layer; });
         if (same != targets.end()) same->backend = nullptr;
         else targets.push_back({layer, nullptr});
     }
@@ -162,11 +163,12 @@ struct greedy_rating {
 }  // namespace detail
 
 // quantize(), then layers kept in float one at a time until `target` holds. Without a target,
-// quantize() itself.
-inline quantization_result quantize_to_target(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                              const quantize_data& data, const accuracy_target& target,
-                                              quantize_options options = {}) {
-    if (target.empty()) return quantize(model, quantizer, data, options);
+// quantize() itself. Every quantization calibrates (or trains) as `policy` does.
+template <calibration_policy Policy = this_process>
+quantization_result quantize_to_target(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                                       const quantize_data& data, const accuracy_target& target,
+                                       quantize_options options = {}, Policy&& policy = {}) {
+    if (target.empty()) return quantize(model, quantizer, data, options, policy);
     if (quantizer.is_qat())
         throw error(error_kind::invalid_argument,
                     "an accuracy target ranks layers by the per-layer analysis, which QAT runs do not have: "
@@ -176,7 +178,7 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
                     "a maximum top-1 drop is measured on labelled held-out data: give evaluation batches and their "
                     "labels (the data file's 'test' and 'test_labels')");
     options.per_layer = true;
-    detail::quantization_run full = detail::quantize_run(model, quantizer, data, options);
+    detail::quantization_run full = detail::quantize_run(model, quantizer, data, options, policy);
     quantization_result result = std::move(full.result);
     const std::vector<layer_sqnr> ranking = result.report.per_layer;
     const std::int64_t ranked_samples = result.report.per_layer_samples;
@@ -190,9 +192,9 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
     std::optional<detail::greedy_rating> rating;
     if (!steps.back().met) {
         const std::lock_guard serialized(detail::libtorch_state_mutex());
-        std::optional<layer_switches> switches =
-            layer_switches::make(model, result.model.plan, full.stages.converted ? &full.stages.converted->module : nullptr,
-                                 candidates, full.stages.data.calibration);
+        std::optional<layer_switches> switches = layer_switches::make(
+            model, result.model.plan, full.stages.converted ? &full.stages.converted->module : nullptr, candidates,
+            full.stages.data.calibration);
         if (switches) {
             // The data as the sequence conformed it, which the report measured on.
             const bool held_out = !full.stages.data.evaluation.empty();
@@ -215,7 +217,7 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
     step_options.per_layer = false;
     std::vector<std::string> kept;
     const auto quantize_keeping = [&](const std::vector<std::string>& layers) {
-        return quantize(model, detail::keeping_in_float(quantizer, layers), data, step_options);
+        return quantize(model, detail::keeping_in_float(quantizer, layers), data, step_options, policy);
     };
     while (!steps.back().met && kept.size() + 1 < ranking.size()) {
         detail::greedy_choice next = rating ? rating->best(kept, candidates, target, quantize_keeping)
@@ -224,7 +226,8 @@ inline quantization_result quantize_to_target(const ::torch::jit::Module& model,
         kept.push_back(next.layer);
         candidates.erase(std::find(candidates.begin(), candidates.end(), next.layer));
         quantization_result step = next.quantized ? std::move(*next.quantized) : quantize_keeping(kept);
-        steps.push_back({kept, step.report.sqnr_db, step.report.quantized_accuracy, detail::meets(step.report, target)});
+        steps.push_back(
+            {kept, step.report.sqnr_db, step.report.quantized_accuracy, detail::meets(step.report, target)});
         result = std::move(step);
     }
     if (!steps.back().met) {

@@ -46,7 +46,8 @@ inline double sqnr_quantized_alone(const ::torch::jit::Module& model, const runt
 // as quantized alone: not with the steps that look beyond a layer (cle equalizes chains of
 // layers, bias_correction measures each layer's output shift in the converted model, behind the
 // other quantized layers, gptq and adaround round against the layers' inputs).
-inline bool quantized_as_alone_together(const runtime_quantizer& quantizer, const std::string& a, const std::string& b) {
+inline bool quantized_as_alone_together(const runtime_quantizer& quantizer, const std::string& a,
+                                        const std::string& b) {
     const std::optional<backend_quantizer> target = quantizer.quantizer_for(a);
     const quantization_config& config = target->config();
     return target->module_path == quantizer.quantizer_for(b)->module_path && !config.cross_layer_equalization &&
@@ -90,8 +91,9 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
         reference_outputs && samples == all_samples ? *reference_outputs : run_batches(model, evaluation);
     quantize_data subset;
     if (!quantizer.is_dynamic())
-        subset.calibration.assign(calibration.begin(),
-                                  calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
+        subset.calibration.assign(
+            calibration.begin(),
+            calibration.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(calibration.size(), 8)));
     if (!quantizer.is_dynamic() && !converted)
         throw error(error_kind::invalid_argument, "per_layer_sqnr: static targets need the converted model");
     std::optional<layer_switches> switches =
@@ -160,7 +162,8 @@ inline per_layer_analysis per_layer_sqnr(const ::torch::jit::Module& model, cons
     }
     std::vector<layer_sqnr> result;  // in the model's order before sorting, whichever way each was measured
     for (const std::string& layer : layers) result.push_back({layer, figures.at(layer)});
-    std::sort(result.begin(), result.end(), [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
+    std::sort(result.begin(), result.end(),
+              [](const layer_sqnr& a, const layer_sqnr& b) { return a.sqnr_db < b.sqnr_db; });
     return {std::move(result), samples};
 }
 
@@ -222,15 +225,17 @@ inline quantization_report build_report(const ::torch::jit::Module& model, const
             throw detail::engine_failure(lowered.plan, failure);
         }
     };
-    const model_outputs quantized = on_lowered([&](const ::torch::jit::Module& copy) { return run_batches(copy, evaluation); });
+    const model_outputs quantized =
+        on_lowered([&](const ::torch::jit::Module& copy) { return run_batches(copy, evaluation); });
     // Op counts: what one evaluation batch runs, on the float model as quantization sees it
     // (eval mode, inference branches) and on the lowered model.
     ::torch::jit::Module specialized = float_model.clone();
     if (!quantizer.is_qat()) specialize_for_inference(specialized);
     report.quantizable_ops =
         count_ops(executed_ops(specialized, evaluation.front()), counted_op_test(quantizer.is_dynamic()));
-    report.quantized_ops = count_ops(
-        on_lowered([&](const ::torch::jit::Module& copy) { return executed_ops(copy, evaluation.front()); }), is_quantized_op);
+    report.quantized_ops =
+        count_ops(on_lowered([&](const ::torch::jit::Module& copy) { return executed_ops(copy, evaluation.front()); }),
+                  is_quantized_op);
     report.float_layers = float_layers(lowered, report.adjustments);
     if (mostly_float(report.quantized_ops, report.quantizable_ops))
         report.warnings.push_back("most of the model stays float: " + std::to_string(report.quantized_ops) + " of " +
@@ -289,11 +294,13 @@ struct quantization_run {
     stage_results stages;  // its lowered model moved into result.model
 };
 
-inline quantization_run quantize_run(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                     const quantize_data& data, const quantize_options& options) {
+template <calibration_policy Policy>
+quantization_run quantize_run(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                              const quantize_data& data, const quantize_options& options, Policy&& policy) {
     const std::lock_guard serialized(libtorch_state_mutex());
     const warning_capture warnings;
-    stage_results done = run_sequence(model, plan_for(quantizer), data, options);
+    stage_results done =
+        run_sequence(model, plan_for(quantizer), data, options, run_until::lowered, accuracy_steps, policy);
     quantization_report report = build_report(model, *done.lowered, done, options);
     report.libtorch_warnings = warnings.folded();
     lowered_model lowered = std::move(*done.lowered);
@@ -303,27 +310,30 @@ inline quantization_run quantize_run(const ::torch::jit::Module& model, const ru
 
 }  // namespace detail
 
-// Quantizes and measures. Calls from several threads take turns (engine.hpp).
-inline quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                    const quantize_data& data, const quantize_options& options = {}) {
-    return detail::quantize_run(model, quantizer, data, options).result;
+// Quantizes and measures, calibrating (or training) as `policy` does: in this process unless
+// given another (distributed/across_processes.hpp). Calls from several threads take turns
+// (engine.hpp).
+template <calibration_policy Policy = this_process>
+quantization_result quantize(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                             const quantize_data& data, const quantize_options& options = {}, Policy&& policy = {}) {
+    return detail::quantize_run(model, quantizer, data, options, policy).result;
 }
 
-template <class... Targets>
+template <calibration_policy Policy = this_process, class... Targets>
 quantization_result quantize(const ::torch::jit::Module& model, Quantizer<Targets...> quantizer,
-                             const quantize_data& data, const quantize_options& options = {}) {
-    return quantize(model, to_runtime(quantizer), data, options);
+                             const quantize_data& data, const quantize_options& options = {}, Policy&& policy = {}) {
+    return quantize(model, to_runtime(quantizer), data, options, policy);
 }
 
 // The report of any lowered model against the float `model` it came from, on `data`'s evaluation
 // batches (its calibration batches when it has none). The per-layer analysis of static targets
-// runs the sequence to the converted model once, on the calibration batches, with no hook.
+// runs the sequence to the converted model once, on the calibration batches, in this process.
 inline quantization_report measure(const ::torch::jit::Module& model, const lowered_model& lowered,
                                    const quantize_data& data, const quantize_options& options = {}) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
     const warning_capture warnings;
     const runtime_quantizer& quantizer = lowered.plan.quantizer;
-    const quantize_options own{.threads = options.threads, .progress = false};  // no hook: no other process joins
+    const quantize_options own{.threads = options.threads, .progress = false};
     const bool converts = options.per_layer && !quantizer.is_qat() && !quantizer.is_dynamic();
     detail::stage_results done = detail::run_sequence(
         model, lowered.plan, data, own, converts ? detail::run_until::converted : detail::run_until::conformed);

@@ -4,15 +4,16 @@
 // (accuracy/steps.hpp lists the steps); dynamic targets straight into the lowered module where
 // the direct path covers the model (dynamic.hpp). Every entry point runs it, as far as it needs:
 // quantize_model and quantize() (analysis/measure.hpp) to the end, measure()'s per-layer analysis
-// to the converted model, calibrate_only to the calibrated one. Distributed runs plug in through
-// quantize_options::calibrate_with and train_with.
+// to the converted model, calibrate_only to the calibrated one. How it calibrates (or trains) is a
+// policy type the entry points take, chosen while compiling: this process alone (this_process),
+// or with others (distributed/across_processes.hpp).
 #pragma once
 
 #include <torch/script.h>
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
+#include <concepts>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,27 +38,41 @@ struct quantize_options {
     bool per_layer = true;        // per-layer SQNR (one evaluation pass per layer; not for QAT)
     bool progress = true;
     qat_options qat{};            // QAT targets: how to train
-    // Calibrates in place of calibrate(prepared, batches) when set: distributed calibration
-    // (libtorch/distributed/calibrate_distributed.hpp) observes a shard and merges across processes.
-    // The per-layer analysis starts from the model this calibrated.
-    std::function<void(prepared_model&, const std::vector<batch>&)> calibrate_with{};
-    // Trains QAT targets in place of train_qat when set: distributed QAT
-    // (libtorch/distributed/qat.hpp) trains a slice of each batch and averages across processes.
-    std::function<qat_result(prepared_model&, const at::Tensor& images, const at::Tensor& labels, const qat_options&)>
-        train_with{};
     // Evaluation samples the per-layer analysis runs each layer on: automatic_per_layer_samples
     // (the default) for about one evaluation pass in all (analysis/sensitivity.hpp, per_layer_budget),
-    // 0 for all of them, N for the first N. Last, so that positional initialisers written
-    // before it still mean what they meant.
+    // 0 for all of them, N for the first N.
     std::int64_t per_layer_samples = automatic_per_layer_samples;
 };
+
+// How the sequence fills a prepared model's observers: calibrate on batches, or train its QAT
+// targets. `progress` is the run's wish to draw bars. The per-layer analysis starts from the
+// model the policy calibrated.
+template <class Policy>
+concept calibration_policy = requires(Policy& policy, prepared_model& prepared, const std::vector<batch>& batches,
+                                      const at::Tensor& tensor, const qat_options& qat) {
+    policy.calibrate(prepared, batches, true);
+    { policy.train(prepared, tensor, tensor, qat) } -> std::same_as<qat_result>;
+};
+
+// Everything in this process: calibrate() and train_qat().
+struct this_process {
+    static void calibrate(prepared_model& prepared, const std::vector<batch>& batches, bool progress) {
+        libtorch::calibrate(prepared, batches, {progress});
+    }
+    static qat_result train(prepared_model& prepared, const at::Tensor& images, const at::Tensor& labels,
+                            const qat_options& qat) {
+        return train_qat(prepared, images, labels, qat);
+    }
+};
+static_assert(calibration_policy<this_process>);
 
 namespace detail {
 
 // Calibrates `prepared` on data.calibration, or trains it, for QAT targets, on data.train_inputs
-// and train_labels; options.calibrate_with / train_with in place of calibrate / train_qat.
-inline std::optional<qat_result> calibrate_or_train(prepared_model& prepared, const quantize_data& data,
-                                                    const quantize_options& options) {
+// and train_labels, as `policy` does.
+template <calibration_policy Policy>
+std::optional<qat_result> calibrate_or_train(prepared_model& prepared, const quantize_data& data,
+                                             const quantize_options& options, Policy& policy) {
     if (prepared.plan.quantizer.is_qat()) {
         if (!data.train_inputs || !data.train_labels)
             throw error(error_kind::no_training_data,
@@ -65,13 +80,9 @@ inline std::optional<qat_result> calibrate_or_train(prepared_model& prepared, co
                         "'train_inputs' and 'train_labels')");
         qat_options qat = options.qat;
         qat.progress = qat.progress && options.progress;
-        if (options.train_with) return options.train_with(prepared, *data.train_inputs, *data.train_labels, qat);
-        return train_qat(prepared, *data.train_inputs, *data.train_labels, qat);
+        return policy.train(prepared, *data.train_inputs, *data.train_labels, qat);
     }
-    if (options.calibrate_with)
-        options.calibrate_with(prepared, data.calibration);
-    else
-        calibrate(prepared, data.calibration, {options.progress});
+    policy.calibrate(prepared, data.calibration, options.progress);
     return std::nullopt;
 }
 
@@ -124,10 +135,12 @@ struct stage_results {
     double seconds = 0.0;
 };
 
-// `steps`: the accuracy steps to run where they belong (accuracy/steps.hpp).
-template <class Steps = decltype(accuracy_steps)>
+// `steps`: the accuracy steps to run where they belong (accuracy/steps.hpp); `policy`: how to
+// calibrate or train.
+template <class Steps = decltype(accuracy_steps), calibration_policy Policy = this_process>
 stage_results run_sequence(const ::torch::jit::Module& model, const quantization_plan& plan, quantize_data data,
-                           const quantize_options& options, run_until until = run_until::lowered, Steps steps = {}) {
+                           const quantize_options& options, run_until until = run_until::lowered, Steps steps = {},
+                           Policy&& policy = {}) {
     const auto start = std::chrono::steady_clock::now();
     stage_results done{std::move(data), {}, std::nullopt, std::nullopt, std::nullopt};
     conform_input_types(model, done.data.calibration, "calibration data", done.input_notes);
@@ -135,10 +148,11 @@ stage_results run_sequence(const ::torch::jit::Module& model, const quantization
     lowering_options lowering{.sample = std::nullopt, .threads = options.threads};
     if (!done.data.calibration.empty()) lowering.sample = done.data.calibration.front();
     else if (!done.data.evaluation.empty()) lowering.sample = done.data.evaluation.front();
-    if (until == run_until::lowered) done.lowered = lower_dynamic_directly(model, plan, lowering, done.data.calibration);
+    if (until == run_until::lowered)
+        done.lowered = lower_dynamic_directly(model, plan, lowering, done.data.calibration);
     if (until != run_until::conformed && !done.lowered) {
         prepared_model prepared = prepare(model, plan);
-        done.training = calibrate_or_train(prepared, done.data, options);
+        done.training = calibrate_or_train(prepared, done.data, options, policy);
         if (until == run_until::calibrated) return done;
         const auto convert_stage = [](prepared_model&& copy) { return convert(std::move(copy)); };
         if (!done.training) run_steps_at(prepared, done.data.calibration, steps, convert_stage);
@@ -158,21 +172,27 @@ stage_results run_sequence(const ::torch::jit::Module& model, const quantization
 
 }  // namespace detail
 
-// prepare, calibrate (or train, for QAT targets), convert and lower, with nothing measured.
-// Calls from several threads take turns (engine.hpp).
-inline lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                                    const quantize_data& data, const quantize_options& options = {}) {
+// prepare, calibrate (or train, for QAT targets) as `policy` does, convert and lower, with
+// nothing measured. Calls from several threads take turns (engine.hpp).
+template <calibration_policy Policy = this_process>
+lowered_model quantize_model(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
+                             const quantize_data& data, const quantize_options& options = {}, Policy&& policy = {}) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
-    return std::move(*detail::run_sequence(model, plan_for(quantizer), data, options).lowered);
+    return std::move(*detail::run_sequence(model, plan_for(quantizer), data, options, detail::run_until::lowered,
+                                           accuracy_steps, policy)
+                          .lowered);
 }
 
 // Prepares and calibrates (trains, for QAT targets) as quantize does, and stops there: for a
-// process that only contributes observer statistics or gradients (options.calibrate_with,
-// train_with) to another that converts, measures and writes (distributed ranks other than 0).
-inline void calibrate_only(const ::torch::jit::Module& model, const runtime_quantizer& quantizer,
-                           const quantize_data& data, const quantize_options& options) {
+// process that only contributes observer statistics or gradients (`policy`,
+// distributed/across_processes.hpp) to another that converts, measures and writes (distributed
+// ranks other than 0).
+template <calibration_policy Policy>
+void calibrate_only(const ::torch::jit::Module& model, const runtime_quantizer& quantizer, const quantize_data& data,
+                    const quantize_options& options, Policy&& policy) {
     const std::lock_guard serialized(detail::libtorch_state_mutex());
-    (void)detail::run_sequence(model, plan_for(quantizer), data, options, detail::run_until::calibrated);
+    (void)detail::run_sequence(model, plan_for(quantizer), data, options, detail::run_until::calibrated,
+                               accuracy_steps, policy);
 }
 
 }  // namespace versatil::libtorch
