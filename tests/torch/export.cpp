@@ -161,7 +161,8 @@ TEST_CASE("the exported quantization is LibTorch's: input qparams and a conv's w
     const auto code = e.lowered.module.get_method("forward").graph();
     for (const ::torch::jit::Node* node : code->nodes()) {
         if (node->kind() != c10::Symbol::fromQualString("aten::quantize_per_tensor")) continue;
-        CHECK(graph.tensors[0].scale == doctest::Approx(::torch::jit::toIValue(node->input(1))->toDouble()).epsilon(1e-12));
+        CHECK(graph.tensors[0].scale ==
+              doctest::Approx(::torch::jit::toIValue(node->input(1))->toDouble()).epsilon(1e-12));
         CHECK(graph.tensors[0].zero_point == ::torch::jit::toIValue(node->input(2))->toInt() - 128);
         CHECK(::torch::jit::toIValue(node->input(3))->toInt() == static_cast<std::int64_t>(c10::kQUInt8));
     }
@@ -169,7 +170,8 @@ TEST_CASE("the exported quantization is LibTorch's: input qparams and a conv's w
     // step, and its bias is the folded bias.
     ::torch::jit::Module clone = e.model.clone();
     clone.eval();
-    const ::torch::jit::Module stem = ::torch::jit::FoldConvBatchNorm(clone).attr("stem").toModule().attr("0").toModule();
+    const ::torch::jit::Module stem =
+        ::torch::jit::FoldConvBatchNorm(clone).attr("stem").toModule().attr("0").toModule();
     const at::Tensor weight = stem.attr("weight").toTensor().contiguous();
     const at::Tensor bias = stem.attr("bias").toTensor();
     const codegen::integer_op& conv = graph.ops[0];
@@ -180,7 +182,8 @@ TEST_CASE("the exported quantization is LibTorch's: input qparams and a conv's w
             const double real = conv.weights[static_cast<std::size_t>(channel * 27 + i)] * scale;
             worst = std::max(worst, std::abs(real - weight[channel].flatten()[i].item<double>()) / scale);
         }
-        CHECK(conv.bias[static_cast<std::size_t>(channel)] == doctest::Approx(bias[channel].item<double>()).epsilon(1e-6));
+        CHECK(conv.bias[static_cast<std::size_t>(channel)] ==
+              doctest::Approx(bias[channel].item<double>()).epsilon(1e-6));
     }
     CHECK(worst <= 0.5 + 1e-4);
 }
@@ -226,7 +229,8 @@ TEST_CASE("per_tensor weights: one scale repeated per output channel") {
 
 TEST_CASE("a calibration method chooses cortex_m's activation scales, and the export takes them") {
     const codegen::integer_graph histogram = extract(quantized("separable", {3, 32, 32}));
-    const codegen::integer_graph minmax = extract(quantized("separable", {3, 32, 32}, {"=cortex_m:calibration=minmax"}));
+    const codegen::integer_graph minmax =
+        extract(quantized("separable", {3, 32, 32}, {"=cortex_m:calibration=minmax"}));
     CHECK(kinds(minmax) == kinds(histogram));
     REQUIRE(minmax.tensors.size() == histogram.tensors.size());
     // The same weights and data: only the observed ranges differ, so some activation scale does.
@@ -283,7 +287,8 @@ TEST_CASE("a ReLU6 after a conv runs in the right layout on QNNPACK: the lowered
     const std::vector<batch> inputs{batch(random_inputs({64, 3, 32, 32}, 3))};
     ::torch::jit::Module float_model = e.model.clone();
     float_model.eval();
-    const double sqnr = compare_outputs(run_batches(float_model, inputs), run_batches(e.lowered.module, inputs)).overall.sqnr_db;
+    const double sqnr =
+        compare_outputs(run_batches(float_model, inputs), run_batches(e.lowered.module, inputs)).overall.sqnr_db;
     MESSAGE("separable: lowered vs float SQNR " << sqnr << " dB");
     // Measured 42.3 dB; 14.3 dB when the clamp reads channels-last data as contiguous (the
     // 2x2 average pool after it blurs the scramble, so it is not worse). The floor separates the

@@ -46,7 +46,8 @@ private:
 };
 
 lowered_model quantized_cnn(std::string_view spec) {
-    return quantize_model(small_cnn_mlp(0), versatil::testing::whole_model(spec), {versatil::testing::smooth_batches(4, 16, 1)});
+    return quantize_model(small_cnn_mlp(0), versatil::testing::whole_model(spec),
+                          {versatil::testing::smooth_batches(4, 16, 1)});
 }
 
 std::string message_of(const std::function<void()>& action, error_kind expected_kind) {
@@ -147,7 +148,8 @@ TEST_CASE("outputs committed together: one that fails publishes none") {
     commit_together({&model_file, nullptr, &report_file});
     save(model, scratch.path / "saved.pt");
     CHECK(scratch.files() == std::vector<std::string>{"q.pt", "r.json", "saved.pt"});
-    CHECK(versatil::testing::read_bytes(model_path) == versatil::testing::read_bytes(scratch.path / "saved.pt"));  // staged or saved: the same archive
+    CHECK(versatil::testing::read_bytes(model_path) ==
+          versatil::testing::read_bytes(scratch.path / "saved.pt"));  // staged or saved: the same archive
 }
 
 TEST_CASE("a signal during a staged write removes the temporary under cleanup_on_signals, and only then") {
@@ -278,8 +280,10 @@ TEST_CASE("quantize() from two threads at once gives what each gives alone") {
         CAPTURE(second);
         const quantization_result alone_first = quantize(cnn, quantizer(first), data, options);
         const quantization_result alone_second = quantize(cnn, quantizer(second), data, options);
-        auto concurrent_first = std::async(std::launch::async, [&] { return quantize(cnn, quantizer(first), data, options); });
-        auto concurrent_second = std::async(std::launch::async, [&] { return quantize(cnn, quantizer(second), data, options); });
+        auto concurrent_first =
+            std::async(std::launch::async, [&] { return quantize(cnn, quantizer(first), data, options); });
+        auto concurrent_second =
+            std::async(std::launch::async, [&] { return quantize(cnn, quantizer(second), data, options); });
         const quantization_result together_first = concurrent_first.get();
         const quantization_result together_second = concurrent_second.get();
         CHECK(together_first.report.sqnr_db == alone_first.report.sqnr_db);

@@ -200,7 +200,8 @@ TEST_CASE("LibTorch's FoldConvBatchNorm folds every conv+bn pair, so the class n
             const ::torch::NoGradGuard no_grad;
             auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(100 + index++));
             for (const char* name : {"weight", "bias", "running_mean"})
-                entry.value.attr(name).toTensor().copy_(at::randn(entry.value.attr(name).toTensor().sizes(), generator) * 0.5);
+                entry.value.attr(name).toTensor().copy_(
+                    at::randn(entry.value.attr(name).toTensor().sizes(), generator) * 0.5);
             entry.value.attr("running_var").toTensor().uniform_(0.5, 2.0, generator);
         }
         REQUIRE(inlined_graph(model).find("aten::batch_norm") != std::string::npos);

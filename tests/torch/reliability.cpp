@@ -144,7 +144,8 @@ TEST_CASE("a huge input range keeps the float model's outputs" * doctest::expect
 TEST_CASE("quantize() with one single-element batch reports finite figures") {
     quantize_data data;
     data.calibration = {smooth_images(1, 4)};
-    const quantization_result result = quantize(small_cnn_mlp(1), whole_model("xnnpack"), data, {.per_layer = false, .progress = false});
+    const quantization_result result =
+        quantize(small_cnn_mlp(1), whole_model("xnnpack"), data, {.per_layer = false, .progress = false});
     CHECK(std::isfinite(result.report.max_abs_diff));
     CHECK(result.report.quantized_ops == 4);
 }

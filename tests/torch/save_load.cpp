@@ -32,7 +32,8 @@ std::string bytes_of(const fs::path& path) { return versatil::testing::read_byte
 
 // The CNN quantized with its last layer kept in float: a file that holds both kinds of layer.
 lowered_model partly_quantized_cnn(std::string_view spec) {
-    return quantize_model(small_cnn_mlp(0), compose({{"", backend(spec)}, {"classifier.fc2", nullptr}}), {versatil::testing::smooth_batches(4, 16, 1)});
+    return quantize_model(small_cnn_mlp(0), compose({{"", backend(spec)}, {"classifier.fc2", nullptr}}),
+                          {versatil::testing::smooth_batches(4, 16, 1)});
 }
 
 }  // namespace
@@ -212,8 +213,8 @@ TEST_CASE("lying, damaged and crashing model or data files are rejected and the 
     // Source text on which LibTorch 1.13's compiler reads uninitialised memory (an unannotated
     // class attribute): it segfaults, or now and then throws. The fuzzer's finding, written by
     // tests/fuzz/make_corpus.py with valid CRCs; only the child process compiles it.
-    const std::string crashing = versatil::testing::read_bytes(fs::path(VERSATIL_SOURCE_ROOT) /
-                                                               "tests/fuzz/corpus/model_file/untyped_class_attribute.pt");
+    const std::string crashing = versatil::testing::read_bytes(
+        fs::path(VERSATIL_SOURCE_ROOT) / "tests/fuzz/corpus/model_file/untyped_class_attribute.pt");
 
     for (const auto& [name, bytes, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
              {"memo.pt", memo, "pickle memo index 1073741824"},
@@ -236,12 +237,14 @@ TEST_CASE("lying, damaged and crashing model or data files are rejected and the 
             } catch (const error& failure) {
                 const std::string message = failure.what();
                 CAPTURE(message);
-                CHECK((failure.kind() == error_kind::invalid_model_file || failure.kind() == error_kind::invalid_data_file));
+                CHECK((failure.kind() == error_kind::invalid_model_file ||
+                       failure.kind() == error_kind::invalid_data_file));
                 CHECK(std::string(failure.what()).find(path.string()) != std::string::npos);
                 CHECK(std::string(failure.what()).find(expected) != std::string::npos);
             }
         }
-        if (name != "rows.pt" && name != "numel.pt" && name != "crashing.pt") CHECK_THROWS_WITH_AS(read_metadata(path), doctest::Contains(expected.c_str()), error);
+        if (name != "rows.pt" && name != "numel.pt" && name != "crashing.pt")
+            CHECK_THROWS_WITH_AS(read_metadata(path), doctest::Contains(expected.c_str()), error);
         CHECK(bytes_of(path) == bytes);
     }
     // The child's re-saved copies are gone, whatever happened to them.
@@ -262,12 +265,12 @@ TEST_CASE("data files round-trip and bad ones are rejected") {
     CHECK_FALSE(data.train_inputs.has_value());
 
     std::ofstream(scratch.path / "bad.pt") << "not a data file";
-    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "bad.pt"), doctest::Contains("not a readable TorchScript archive"),
-                         error);
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "bad.pt"),
+                         doctest::Contains("not a readable TorchScript archive"), error);
     save_data_file({{calib}, {test}, at::tensor({0, 1}, at::kLong)},
                    scratch.path / "short_labels.pt");
-    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "short_labels.pt"), doctest::Contains("'test_labels' has 2 rows"),
-                         error);
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "short_labels.pt"),
+                         doctest::Contains("'test_labels' has 2 rows"), error);
     save_data_file({{calib}, {test}, at::tensor({0.F, 1.F, 2.F, 3.F})},
                    scratch.path / "float_labels.pt");
     CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "float_labels.pt"), doctest::Contains("int64"), error);

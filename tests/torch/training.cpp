@@ -36,7 +36,8 @@ TEST_CASE("small_cnn_mlp trained on 5000 Fashion-MNIST images passes 80 % test t
     const auto test = vt::load_fashion_mnist(fashion_mnist_split::test);
     auto model = vt::small_cnn_mlp(0);
     const auto untrained = vt::top1_accuracy(model, test.images, test.labels);
-    const auto bn_mean_before = model.attr("features").toModule().attr("1").toModule().attr("running_mean").toTensor().clone();
+    const auto bn_mean_before =
+        model.attr("features").toModule().attr("1").toModule().attr("running_mean").toTensor().clone();
 
     int64_t reported = 0;
     vt::training_options options{.steps = 300, .batch_size = 64, .learning_rate = 1e-3, .seed = 1};
@@ -100,10 +101,12 @@ TEST_CASE("bad training arguments are invalid_argument errors") {
         FAIL("no error");
         return vt::error_kind::io_error;
     };
-    CHECK(kind_of([&] { vt::train_classifier(model, images, labels, {.steps = 0}); }) == vt::error_kind::invalid_argument);
+    CHECK(kind_of([&] { vt::train_classifier(model, images, labels, {.steps = 0}); }) ==
+          vt::error_kind::invalid_argument);
     CHECK(kind_of([&] { vt::train_classifier(model, images, labels.slice(0, 0, 3), {.steps = 1}); }) ==
           vt::error_kind::invalid_argument);
-    CHECK(kind_of([&] { vt::top1_accuracy(model, images, labels.to(at::kFloat)); }) == vt::error_kind::invalid_argument);
+    CHECK(kind_of([&] { vt::top1_accuracy(model, images, labels.to(at::kFloat)); }) ==
+          vt::error_kind::invalid_argument);
     CHECK(kind_of([&] { vt::top1_accuracy(model, images.slice(0, 0, 0), labels.slice(0, 0, 0)); }) ==
           vt::error_kind::invalid_argument);
 }

@@ -70,7 +70,8 @@ inline constexpr std::string_view min_max_update = R"JIT(        self.min_val = 
 
 )JIT";
 
-inline constexpr std::string_view moving_average_update = R"JIT(        self.min_val = self.min_val + self.averaging_constant * (current_min - self.min_val)
+inline constexpr std::string_view moving_average_update =
+    R"JIT(        self.min_val = self.min_val + self.averaging_constant * (current_min - self.min_val)
         self.max_val = self.max_val + self.averaging_constant * (current_max - self.max_val)
     return x_orig
 
@@ -235,7 +236,7 @@ inline std::string statistics_source(observer_kind kind) {
         body = std::string(is_per_channel(kind) ? per_channel_head : per_tensor_head) +
                std::string(is_moving_average(kind) ? moving_average_update : min_max_update);
     // Reset, calculate_qparams and _unobserved_qparams are TorchScript in the library too.
-    using namespace libtorch::observer_detail;
+    using namespace libtorch::detail;
     std::string source = std::string(qparams_source) + std::string(unobserved_qparams_source);
     if (kind != observer_kind::histogram)
         source += std::string(is_per_channel(kind) ? per_channel_range_source : per_tensor_range_source) +
@@ -245,7 +246,7 @@ inline std::string statistics_source(observer_kind kind) {
 
 // One compiled class per kind, as make_observer's, named __torch__.versatil.reference.<kind>.
 inline ::torch::jit::Module compile_reference(observer_kind kind) {
-    using namespace libtorch::observer_detail;
+    using namespace libtorch::detail;
     const std::string name = class_name(kind);
     ::torch::jit::Module observer =
         observer_with_state("__torch__.versatil.reference." + name.substr(name.rfind('.') + 1), kind);
@@ -258,7 +259,7 @@ inline ::torch::jit::Module compile_reference(observer_kind kind) {
 // The reference observer for a spec, configured as make_observer configures its own (the
 // statistics kinds only: the dynamic placeholder has none).
 inline ::torch::jit::Module make_reference_observer(const quantization_spec& spec) {
-    using namespace libtorch::observer_detail;
+    using namespace libtorch::detail;
     using enum observer_kind;
     ::torch::jit::Module observer =
         prototype<compile_reference, min_max, moving_average_min_max, per_channel_min_max,

@@ -244,8 +244,10 @@ inline nlohmann::json to_json(const quantization_report& report) {
         {"firmware", firmware},
         {"world_size", report.world_size},
         {"samples_per_rank", report.samples_per_rank},
-        {"accuracy_target", report.accuracy_target.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.accuracy_target)},
-        {"kept_in_float", report.target_steps.empty() ? std::vector<std::string>{} : report.target_steps.back().kept_in_float},
+        {"accuracy_target",
+         report.accuracy_target.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.accuracy_target)},
+        {"kept_in_float",
+         report.target_steps.empty() ? std::vector<std::string>{} : report.target_steps.back().kept_in_float},
         {"target_steps", target_steps},
     };
     return json;
@@ -285,8 +287,8 @@ inline std::string format_table(const quantization_report& report) {
         row(("  output " + output.name).c_str(),
             sqnr(output.sqnr_db) + ", max |diff| " + number("%.5f", output.max_abs_diff));
     if (report.float_accuracy && report.quantized_accuracy)
-        row("top-1 float -> int8",
-            number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " + number("%.2f %%", 100.0 * *report.quantized_accuracy));
+        row("top-1 float -> int8", number("%.2f %%", 100.0 * *report.float_accuracy) + " -> " +
+                                       number("%.2f %%", 100.0 * *report.quantized_accuracy));
     row("size", number("%.1f KiB", report.float_bytes / 1024.0) + " -> " +
                     number("%.1f KiB", report.quantized_bytes / 1024.0) + " (" +
                     number("%.2fx smaller", report.compression_ratio()) + ")");
@@ -301,7 +303,8 @@ inline std::string format_table(const quantization_report& report) {
     row("quantize time", number("%.3f s", report.quantize_seconds));
     if (report.world_size > 1) {
         std::string samples;
-        for (const std::int64_t count : report.samples_per_rank) samples += (samples.empty() ? "" : " / ") + std::to_string(count);
+        for (const std::int64_t count : report.samples_per_rank)
+            samples += (samples.empty() ? "" : " / ") + std::to_string(count);
         row("processes", std::to_string(report.world_size) + (report.qat_steps ? " (training" : " (calibration") +
                              " samples per rank: " + samples + ")");
     }

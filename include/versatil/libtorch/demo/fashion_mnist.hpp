@@ -57,7 +57,8 @@ class idx_reader {
 public:
     explicit idx_reader(std::string path) : path_(std::move(path)) {
         if (!std::filesystem::is_regular_file(path_))
-            invalid_data(path_, "not found (install Debian's dataset-fashion-mnist or pass the directory that holds it)");
+            invalid_data(path_,
+                         "not found (install Debian's dataset-fashion-mnist or pass the directory that holds it)");
         file_.reset(gzopen(path_.c_str(), "rb"));
         if (!file_) invalid_data(path_, "cannot be opened");
     }
@@ -94,7 +95,8 @@ public:
     uint32_t read_big_endian_u32(const char* what) {
         std::array<unsigned char, 4> bytes{};
         read(bytes.data(), 4, what);
-        return (uint32_t{bytes[0]} << 24U) | (uint32_t{bytes[1]} << 16U) | (uint32_t{bytes[2]} << 8U) | uint32_t{bytes[3]};
+        return (uint32_t{bytes[0]} << 24U) | (uint32_t{bytes[1]} << 16U) | (uint32_t{bytes[2]} << 8U) |
+               uint32_t{bytes[3]};
     }
 
     const std::string& path() const noexcept { return path_; }
@@ -161,8 +163,8 @@ inline dataset load_fashion_mnist(fashion_mnist_split split, int64_t limit = -1,
     const int64_t expected_count = split == fashion_mnist_split::train ? 60000 : 10000;
     if (image_count != expected_count)
         invalid_data(image_file.path(), std::to_string(image_count) + " images, the Fashion-MNIST " +
-                                            (split == fashion_mnist_split::train ? "training" : "test") + " split has " +
-                                            std::to_string(expected_count));
+                                            (split == fashion_mnist_split::train ? "training" : "test") +
+                                            " split has " + std::to_string(expected_count));
 
     const int64_t count = limit < 0 ? image_count : std::min(limit, image_count);
     at::Tensor pixels = at::empty({count, 1, rows, columns}, at::kByte);
@@ -174,7 +176,8 @@ inline dataset load_fashion_mnist(fashion_mnist_split split, int64_t limit = -1,
         label_file.expect_end();
     }
     if (count > 0 && labels.max().item<int64_t>() > 9)
-        invalid_data(label_file.path(), "label " + std::to_string(labels.max().item<int64_t>()) + " is not a class 0..9");
+        invalid_data(label_file.path(),
+                     "label " + std::to_string(labels.max().item<int64_t>()) + " is not a class 0..9");
 
     at::Tensor images = (pixels.to(at::kFloat).div_(255.0).sub_(fashion_mnist_mean)).div_(fashion_mnist_std);
     return {images, labels.to(at::kLong)};

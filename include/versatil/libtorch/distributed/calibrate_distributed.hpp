@@ -34,7 +34,8 @@ inline distributed_calibration calibrate_distributed(prepared_model& prepared, c
                                                      process_group& group, const calibration_options& options = {}) {
     if (prepared.plan.quantizer.needs_calibration() && batches.size() < static_cast<std::size_t>(group.size()))
         throw error(error_kind::no_calibration_data,
-                    "there are " + std::to_string(batches.size()) + " calibration batches for " + std::to_string(group.size()) +
+                    "there are " + std::to_string(batches.size()) + " calibration batches for " +
+                        std::to_string(group.size()) +
                         " processes; give at least one batch per process, or fewer processes");
     const std::vector<batch> shard = shard_of(batches, group.rank(), group.size());
     distributed_calibration result;

@@ -11,7 +11,8 @@
 #pragma once
 
 #ifndef USE_C10D_GLOO
-#error "versatil/libtorch/distributed needs LibTorch's Gloo process group: define USE_C10D_GLOO (the meson dependency versatil-torch-distributed does) and install libgloo-dev"
+// Define USE_C10D_GLOO (the meson dependency versatil-torch-distributed does) and install libgloo-dev.
+#error "versatil/libtorch/distributed needs LibTorch's Gloo process group: define USE_C10D_GLOO"
 #endif
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -94,14 +95,16 @@ private:
     double communication_seconds_ = 0.0;
 
     static std::string seconds(std::chrono::milliseconds timeout) {
-        return std::to_string(timeout.count() / 1000) + (timeout.count() % 1000 ? "." + std::to_string(timeout.count() % 1000 / 100) : "") + " s";
+        return std::to_string(timeout.count() / 1000) +
+               (timeout.count() % 1000 ? "." + std::to_string(timeout.count() % 1000 / 100) : "") + " s";
     }
 
     [[noreturn]] void fail(const std::string& what, const std::string& cause) const {
-        throw error(error_kind::distributed_failure,
-                    describe(world_) + ": " + what + " failed (" + cause + "); another process of the world never joined, died "
-                    "or stopped answering within the timeout of " + seconds(world_.timeout) +
-                    ", so this one stops without writing anything");
+        throw error(error_kind::distributed_failure, describe(world_) + ": " + what + " failed (" + cause +
+                                                         "); another process of the world never joined, died "
+                                                         "or stopped answering within the timeout of " +
+                                                         seconds(world_.timeout) +
+                                                         ", so this one stops without writing anything");
     }
 
     template <class Body>

@@ -33,7 +33,8 @@ struct world_config {
 // Values given on the command line; an empty one falls back to the environment variable of
 // the same name.
 struct world_flags {
-    std::optional<std::string> rank{}, world_size{}, master_addr{}, master_port{};  // {}: designated initializers may leave any out
+    std::optional<std::string> rank{}, world_size{}, master_addr{},
+        master_port{};  // {}: designated initializers may leave any out
     std::optional<double> timeout_seconds{};
 };
 
@@ -46,12 +47,14 @@ inline std::optional<std::string> flag_or_environment(const std::optional<std::s
 }
 
 // A whole decimal integer in [low, high], or an error naming the variable.
-inline std::int64_t parse_world_integer(const std::string& text, const char* name, std::int64_t low, std::int64_t high) {
+inline std::int64_t parse_world_integer(const std::string& text, const char* name, std::int64_t low,
+                                        std::int64_t high) {
     std::int64_t value = 0;
     const auto [end, failure] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (failure != std::errc{} || end != text.data() + text.size() || value < low || value > high)
-        throw error(error_kind::invalid_argument, std::string(name) + " is '" + text + "'; it must be an integer from " +
-                                                      std::to_string(low) + " to " + std::to_string(high));
+        throw error(error_kind::invalid_argument, std::string(name) + " is '" + text +
+                                                      "'; it must be an integer from " + std::to_string(low) + " to " +
+                                                      std::to_string(high));
     return value;
 }
 
@@ -77,9 +80,16 @@ inline world_config world_from(const world_flags& flags = {}) {
     const std::optional<std::string> address = detail::flag_or_environment(flags.master_addr, "MASTER_ADDR");
     const std::optional<std::string> port = detail::flag_or_environment(flags.master_port, "MASTER_PORT");
     const std::string world_text = "WORLD_SIZE is " + *size;
-    if (!rank) throw error(error_kind::invalid_argument, world_text + " but RANK is not set: give each process its rank, 0 to " + std::to_string(world.size - 1));
-    if (!address) throw error(error_kind::invalid_argument, world_text + " but MASTER_ADDR is not set: give rank 0's host name or address");
-    if (!port) throw error(error_kind::invalid_argument, world_text + " but MASTER_PORT is not set: give a free TCP port on rank 0's host");
+    if (!rank)
+        throw error(
+            error_kind::invalid_argument,
+            world_text + " but RANK is not set: give each process its rank, 0 to " + std::to_string(world.size - 1));
+    if (!address)
+        throw error(error_kind::invalid_argument,
+                    world_text + " but MASTER_ADDR is not set: give rank 0's host name or address");
+    if (!port)
+        throw error(error_kind::invalid_argument,
+                    world_text + " but MASTER_PORT is not set: give a free TCP port on rank 0's host");
     world.rank = static_cast<int>(detail::parse_world_integer(*rank, "RANK", 0, world.size - 1));
     world.master_addr = *address;
     // Port 0: rank 0 serves the rendezvous on a port the OS picks and announces it

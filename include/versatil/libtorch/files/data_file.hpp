@@ -59,7 +59,8 @@ inline std::vector<at::Tensor> inputs_named(const named_values& entries, const s
         inputs.push_back(*tensor);
     if (!inputs.empty() && std::ranges::find(entries, stem, &named_values::value_type::first) != entries.end())
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "' has both '" + stem + "' and '" +
-                                                       stem + "_0'; use one (" + stem + "_N for models with several inputs)");
+                                                       stem + "_0'; use one (" + stem +
+                                                       "_N for models with several inputs)");
     for (std::size_t i = 1; i < inputs.size(); ++i)
         if (inputs[i].size(0) != inputs[0].size(0))
             throw error(error_kind::invalid_data_file,
@@ -138,7 +139,8 @@ inline data_file load_data_file(const std::filesystem::path& path,
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "' has 'test_labels' but no 'test'");
     if (data.evaluation_labels && data.evaluation_labels->size(0) != data.evaluation.front().size(0))
         throw error(error_kind::invalid_data_file, "data file '" + path.string() + "': 'test_labels' has " +
-                                                       std::to_string(data.evaluation_labels->size(0)) + " rows, 'test' " +
+                                                       std::to_string(data.evaluation_labels->size(0)) +
+                                                       " rows, 'test' " +
                                                        std::to_string(data.evaluation.front().size(0)));
     for (const auto* labels : {&data.evaluation_labels, &data.train_labels})
         if (*labels && (*labels)->scalar_type() != at::kLong)
@@ -164,7 +166,8 @@ inline void save_data_file(const data_file& data, const std::filesystem::path& p
         if (tensor) module.register_buffer(name, *tensor);
     };
     const auto add_inputs = [&add](const std::string& stem, const std::vector<at::Tensor>& inputs) {
-        for (std::size_t i = 0; i < inputs.size(); ++i) add(inputs.size() == 1 ? stem : stem + "_" + std::to_string(i), inputs[i]);
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+            add(inputs.size() == 1 ? stem : stem + "_" + std::to_string(i), inputs[i]);
     };
     add_inputs("calib", data.calibration);
     add_inputs("test", data.evaluation);

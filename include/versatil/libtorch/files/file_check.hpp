@@ -98,7 +98,8 @@ inline std::optional<std::string> find_past_storage(const c10::IValue& value, co
         // LibTorch sizes a loaded storage by the element count its pickle names, not by the
         // bytes of its record: the allocation behind it is what it really holds.
         const std::size_t declared = tensor.storage().nbytes();
-        if (const void* data = tensor.storage().data(); data && declared > ::malloc_usable_size(const_cast<void*>(data)))
+        if (const void* data = tensor.storage().data();
+            data && declared > ::malloc_usable_size(const_cast<void*>(data)))
             return "tensor '" + name + "' declares a " + std::to_string(declared) + "-byte storage over " +
                    std::to_string(::malloc_usable_size(const_cast<void*>(data))) + " bytes of data";
         const std::optional<std::uint64_t> reach = reach_in_bytes(tensor);
@@ -126,7 +127,8 @@ inline std::optional<std::string> find_past_storage(const c10::IValue& value, co
 inline std::vector<std::string> check_archive(const std::filesystem::path& path, error_kind kind,
                                               std::string_view what) {
     const auto fail = [&](const std::string& problem) {
-        throw error(kind, std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
+        throw error(kind,
+                    std::string(what) + " '" + path.string() + "' is not a readable TorchScript archive: " + problem);
     };
     if (!std::filesystem::is_regular_file(path))
         throw error(kind, std::string(what) + " '" + path.string() + "' does not exist");
@@ -249,7 +251,8 @@ inline std::optional<check_failure> describe_child_end(int status, const std::st
     if (WIFSIGNALED(status)) {
         const int number = WTERMSIG(status);
         const std::string signal = "signal " + std::to_string(number) + ", " + ::strsignal(number);
-        if (is_crash_signal(number)) return check_failure{true, file_kind, "LibTorch crashed reading it (" + signal + ")"};
+        if (is_crash_signal(number))
+            return check_failure{true, file_kind, "LibTorch crashed reading it (" + signal + ")"};
         return check_failure{false, error_kind::machine_fault,
                              "the process reading it was stopped from outside (" + signal +
                                  "), which is no fault of the file" +
@@ -258,8 +261,8 @@ inline std::optional<check_failure> describe_child_end(int status, const std::st
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code == 0) return std::nullopt;
     if (code == child_hit_machine_fault)
-        return check_failure{false, message.find("cannot write") == 0 ? error_kind::io_error : error_kind::machine_fault,
-                             message};
+        return check_failure{
+            false, message.find("cannot write") == 0 ? error_kind::io_error : error_kind::machine_fault, message};
     return check_failure{true, file_kind,
                          message.empty() ? "LibTorch stopped reading it (exit status " + std::to_string(code) + ")"
                                          : message};
@@ -377,9 +380,10 @@ inline ::torch::jit::Module load_checked(const std::filesystem::path& path, erro
                                          compile_source where = compile_source::in_child_process) {
     // LibTorch's own words for this file are "failed locating file constants.pkl".
     if (is_torch_save_archive(check_archive(path, kind, what)))
-        throw error(kind, std::string(what) + " '" + path.string() +
-                              "' was written by torch.save (a pickled Python object), not as TorchScript: script it "
-                              "with torch.jit.script (or trace it with torch.jit.trace) and save it with torch.jit.save");
+        throw error(kind,
+                    std::string(what) + " '" + path.string() +
+                        "' was written by torch.save (a pickled Python object), not as TorchScript: script it "
+                        "with torch.jit.script (or trace it with torch.jit.trace) and save it with torch.jit.save");
     return detail::load_checked_archive(path, kind, what, where);
 }
 

@@ -58,7 +58,8 @@ struct pickled {
 
 // The element type of each of pickle::detail::storage_classes, in its order.
 inline constexpr std::array<at::ScalarType, pickle::detail::storage_classes.size()> storage_element_types{
-    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt, at::kShort, at::kChar, at::kByte, at::kBool};
+    at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong,
+    at::kInt,   at::kShort,  at::kChar, at::kByte,     at::kBool};
 
 // The element type a torch.save storage global names ("torch.FloatStorage").
 inline std::optional<at::ScalarType> storage_scalar_type(std::string_view global) {
@@ -155,7 +156,8 @@ private:
     }
     std::string global_name() {
         const std::size_t module_end = bytes_.find('\n', at_);
-        const std::size_t name_end = module_end == std::string_view::npos ? module_end : bytes_.find('\n', module_end + 1);
+        const std::size_t name_end =
+            module_end == std::string_view::npos ? module_end : bytes_.find('\n', module_end + 1);
         if (name_end == std::string_view::npos) fail("a global has no end of line");
         std::string name = std::string(bytes_.substr(at_, module_end - at_)) + "." +
                            std::string(bytes_.substr(module_end + 1, name_end - module_end - 1));
@@ -225,8 +227,8 @@ private:
         std::uint64_t declared = 0;
         if (__builtin_mul_overflow(static_cast<std::uint64_t>(fields[4].toInt()), c10::elementSize(*type), &declared) ||
             declared > size)
-            fail("storage '" + key + "' declares " + std::to_string(fields[4].toInt()) + " elements; its record holds " +
-                 std::to_string(size) + " bytes");
+            fail("storage '" + key + "' declares " + std::to_string(fields[4].toInt()) +
+                 " elements; its record holds " + std::to_string(size) + " bytes");
         c10::Storage storage(c10::Storage::use_byte_size_t(), declared, std::move(data), nullptr, false);
         // The element type travels with the storage to the tensor built on it.
         const c10::IValue value(c10::ivalue::Tuple::create({c10::IValue(std::move(storage)),

@@ -195,8 +195,12 @@ layout read_layout(const Source& source) {
                           comment_length = field(central, at + 32, 2);
         if (at + central_size + name_length + extra_length + comment_length > central.size())
             return fail("central directory entry " + std::to_string(index) + " runs past the directory");
-        record entry{central.substr(at + central_size, name_length), static_cast<std::uint16_t>(field(central, at + 10, 2)),
-                     field(central, at + 20, 4), field(central, at + 24, 4), 0, 0,
+        record entry{central.substr(at + central_size, name_length),
+                     static_cast<std::uint16_t>(field(central, at + 10, 2)),
+                     field(central, at + 20, 4),
+                     field(central, at + 24, 4),
+                     0,
+                     0,
                      static_cast<std::uint32_t>(field(central, at + 16, 4))};
         std::uint64_t header_offset = field(central, at + 42, 4);
         const bool encrypted = field(central, at + 8, 2) & 1;

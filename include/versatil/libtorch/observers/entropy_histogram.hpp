@@ -135,14 +135,15 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> observe_entropy_histogram(
 }
 
 // pytorch-quantization's _compute_amax_entropy (stride 1, start_bin entropy_start_bin) on a
-// histogram of a one-signed quantity (|x| in TensorRT, x - lo or hi - x here): for each candidate clip of i bins, P is the first i bins with everything
-// beyond added to the last, Q is the first i bins merged into `levels` levels (bin j in level
-// floor(j * levels / i), numpy's digitize on linspace(0, i, levels + 1) exactly, since levels is
-// a power of two) and spread back evenly over each level's non-empty bins; the clip with the
-// smallest KL(P || Q) wins, the last one on ties (infinite where P has mass Q lacks). Bin 0's
-// count is replaced by bin 1's first. Returns i: the clip is i bins. Fewer bins than start_bin:
-// no clip (TensorRT would fail on an empty search). `start_bin` above TensorRT's 128 leaves out
-// the clips that would cut into the other side of 0 (entropy_range).
+// histogram of a one-signed quantity (|x| in TensorRT, x - lo or hi - x here): for each candidate
+// clip of i bins, P is the first i bins with everything beyond added to the last, Q is the first i
+// bins merged into `levels` levels (bin j in level floor(j * levels / i), numpy's digitize on
+// linspace(0, i, levels + 1) exactly, since levels is a power of two) and spread back evenly over
+// each level's non-empty bins; the clip with the smallest KL(P || Q) wins, the last one on ties
+// (infinite where P has mass Q lacks). Bin 0's count is replaced by bin 1's first. Returns i: the
+// clip is i bins. Fewer bins than start_bin: no clip (TensorRT would fail on an empty search).
+// `start_bin` above TensorRT's 128 leaves out the clips that would cut into the other side of 0
+// (entropy_range).
 inline std::int64_t entropy_clip_bins(std::vector<double> bins, std::int64_t levels,
                                       std::int64_t start_bin = entropy_start_bin) {
     const auto count = static_cast<std::int64_t>(bins.size());
@@ -150,7 +151,8 @@ inline std::int64_t entropy_clip_bins(std::vector<double> bins, std::int64_t lev
     bins[0] = bins[1];
     std::vector<double> suffix(static_cast<std::size_t>(count) + 1, 0.0);  // sum of bins[i:]
     for (std::int64_t i = count - 1; i >= 0; --i)
-        suffix[static_cast<std::size_t>(i)] = suffix[static_cast<std::size_t>(i + 1)] + bins[static_cast<std::size_t>(i)];
+        suffix[static_cast<std::size_t>(i)] =
+            suffix[static_cast<std::size_t>(i + 1)] + bins[static_cast<std::size_t>(i)];
     const double p_total = suffix[0];
     double best = std::numeric_limits<double>::infinity();
     std::int64_t best_i = count;

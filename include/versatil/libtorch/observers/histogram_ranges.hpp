@@ -130,9 +130,11 @@ inline double quantization_error(const observed_values& observed, float scale, s
     constexpr double infinity = std::numeric_limits<double>::infinity();
     std::int64_t counted = 0;
     if (observed.rate == 1)
-        return sum(observed.samples, -infinity, infinity, &counted) / static_cast<double>(std::max<std::int64_t>(counted, 1));
+        return sum(observed.samples, -infinity, infinity, &counted) /
+               static_cast<double>(std::max<std::int64_t>(counted, 1));
     std::int64_t ends = 0;
-    const double extremes = sum(observed.lowest, -infinity, infinity, &ends) + sum(observed.highest, -infinity, infinity, &ends);
+    const double extremes =
+        sum(observed.lowest, -infinity, infinity, &ends) + sum(observed.highest, -infinity, infinity, &ends);
     const double low = observed.lowest.numel() ? observed.lowest.max().item<double>() : -infinity;
     const double high = observed.highest.numel() ? observed.highest.min().item<double>() : infinity;
     const double middle = sum(observed.samples, low, high, &counted);
@@ -153,19 +155,22 @@ inline tensor_pair add_to_sample(const at::Tensor& x, const at::Tensor& samples,
     std::int64_t step = std::max<std::int64_t>(1, rate.item<std::int64_t>());
     const at::Tensor values = x.detach().to(at::kFloat).reshape({-1});
     const std::int64_t size = values.numel();
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(0x5eed0000ULL + static_cast<std::uint64_t>(samples.numel()));
+    auto generator =
+        at::make_generator<at::CPUGeneratorImpl>(0x5eed0000ULL + static_cast<std::uint64_t>(samples.numel()));
     at::Tensor kept = samples;
     while (kept.numel() + (size + step - 1) / step > auto_sample_capacity) {
         kept = kept.index_select(0, at::randperm(kept.numel(), generator, at::kLong).slice(0, 0, kept.numel() / 2));
         step *= 2;
     }
     const at::Tensor drawn =
-        step == 1 ? values : values.index_select(0, at::randint(size, {(size + step - 1) / step}, generator, at::kLong));
+        step == 1 ? values
+                  : values.index_select(0, at::randint(size, {(size + step - 1) / step}, generator, at::kLong));
     return {at::cat({kept, drawn}).contiguous(), at::full({}, step, at::kLong)};
 }
 
 inline tensor_pair range_tensors(value_range range) {
-    return {at::full({}, static_cast<float>(range.min), at::kFloat), at::full({}, static_cast<float>(range.max), at::kFloat)};
+    return {at::full({}, static_cast<float>(range.min), at::kFloat),
+            at::full({}, static_cast<float>(range.max), at::kFloat)};
 }
 
 // Nothing to search: unobserved, one value seen, or a range too wide for float32 bins; the
@@ -254,10 +259,11 @@ inline std::vector<candidate> auto_candidates(const at::Tensor& min_val, const a
 // calculate_qparams of the auto observer: the candidate with the lowest error (the first on ties),
 // or the qparams a step chose among them once calibrated (chosen_scale > 0).
 inline tensor_pair histogram_auto_qparams(const at::Tensor& min_val, const at::Tensor& max_val,
-                                          const at::Tensor& histogram, const at::Tensor& seen_min, const at::Tensor& seen_max,
-                                          const at::Tensor& moving_min, const at::Tensor& moving_max,
-                                          const at::Tensor& entropy_histogram, const at::Tensor& samples,
-                                          const at::Tensor& sample_rate, const at::Tensor& lowest, const at::Tensor& highest,
+                                          const at::Tensor& histogram, const at::Tensor& seen_min,
+                                          const at::Tensor& seen_max, const at::Tensor& moving_min,
+                                          const at::Tensor& moving_max, const at::Tensor& entropy_histogram,
+                                          const at::Tensor& samples, const at::Tensor& sample_rate,
+                                          const at::Tensor& lowest, const at::Tensor& highest,
                                           const at::Tensor& seen_count, std::int64_t dst_nbins, std::int64_t quant_min,
                                           std::int64_t quant_max, bool symmetric, bool unsigned_dtype, double eps,
                                           double chosen_scale, std::int64_t chosen_zero_point) {

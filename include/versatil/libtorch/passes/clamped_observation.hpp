@@ -52,7 +52,8 @@ inline std::optional<double> constant_bound(::torch::jit::Value* value, double n
 
 // Where `reader` reads `value` as the input of a function constant outside an interval: that
 // interval. Nothing for every other use (a second operand, a graph output, a matmul...).
-inline std::optional<constant_outside> interval_of_reader(const ::torch::jit::Node* reader, const ::torch::jit::Value* value) {
+inline std::optional<constant_outside> interval_of_reader(const ::torch::jit::Node* reader,
+                                                          const ::torch::jit::Value* value) {
     if (reader->inputs().empty() || reader->input(0) != value) return std::nullopt;
     const std::string_view kind = reader->kind().toQualString();
     // The op or its in-place form (relu_), which reads the same way.

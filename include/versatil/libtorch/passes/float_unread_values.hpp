@@ -75,7 +75,8 @@ inline bool layer_reads(::torch::jit::Value* value, std::unordered_set<const ::t
         }
         for (::torch::jit::Value* output : reader->outputs()) {
             const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(output);
-            if (std::find(sources.begin(), sources.end(), value) != sources.end() && layer_reads(output, seen)) return true;
+            if (std::find(sources.begin(), sources.end(), value) != sources.end() && layer_reads(output, seen))
+                return true;
         }
     }
     return false;
@@ -86,9 +87,9 @@ inline bool layer_reads(::torch::jit::Value* value, std::unordered_set<const ::t
 // linear after them.
 inline bool rounds_value_no_layer_reads(::torch::jit::Node* quantize) {
     const ::torch::jit::Node* op = computing_op(quantize->input(0));
-    const bool from_tensors = std::any_of(op->inputs().begin(), op->inputs().end(), [](const ::torch::jit::Value* input) {
-        return input->type()->kind() == c10::TypeKind::TensorType;
-    });
+    const bool from_tensors = std::any_of(
+        op->inputs().begin(), op->inputs().end(),
+        [](const ::torch::jit::Value* input) { return input->type()->kind() == c10::TypeKind::TensorType; });
     if (!from_tensors || op->kind() == c10::aten::dequantize || op->kind() == c10::aten::quantize_per_tensor ||
         is_quantizable_op(op->kind().toQualString()) || layer_op_computing(op->output(0)))
         return false;

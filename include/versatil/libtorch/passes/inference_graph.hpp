@@ -109,7 +109,8 @@ inline int fold_constant_attributes(const ::torch::jit::Module& model, bool trai
                 // gives a bias-less convolution a bias).
                 if (!is_plain(value) || value.isNone()) continue;
                 bool shared = true;
-                for (const ::torch::jit::Module& other : modules) shared = shared && same_plain(other.attr(name), value);
+                for (const ::torch::jit::Module& other : modules)
+                    shared = shared && same_plain(other.attr(name), value);
                 if (!shared) continue;
                 const ::torch::jit::WithInsertPoint here(read);
                 read->output()->replaceAllUsesWith(graph->insertConstant(value));

@@ -27,18 +27,20 @@ namespace versatil::libtorch {
 namespace detail {
 
 inline bool is_parameterless_leaf(const ::torch::jit::Module& module) {
-    return module.named_parameters(/*recurse=*/false).size() == 0 && module.named_buffers(/*recurse=*/false).size() == 0 &&
-           module.named_children().size() == 0;
+    return module.named_parameters(/*recurse=*/false).size() == 0 &&
+           module.named_buffers(/*recurse=*/false).size() == 0 && module.named_children().size() == 0;
 }
 
 // `forward` calls on a direct child (self.relu(x)) in `graph`, with the child's attribute name.
-inline std::vector<std::pair<::torch::jit::Node*, std::string>> child_forward_calls(const std::shared_ptr<::torch::jit::Graph>& graph) {
+inline std::vector<std::pair<::torch::jit::Node*, std::string>> child_forward_calls(
+    const std::shared_ptr<::torch::jit::Graph>& graph) {
     std::vector<std::pair<::torch::jit::Node*, std::string>> calls;
     ::torch::jit::Value* self = graph->inputs().empty() ? nullptr : graph->inputs()[0];
     for (::torch::jit::Node* node : graph->nodes()) {
         if (node->kind() != c10::prim::CallMethod || node->s(c10::attr::name) != "forward") continue;
         const ::torch::jit::Node* get = node->input(0)->node();
-        if (get->kind() == c10::prim::GetAttr && get->input(0) == self) calls.emplace_back(node, get->s(c10::attr::name));
+        if (get->kind() == c10::prim::GetAttr && get->input(0) == self)
+            calls.emplace_back(node, get->s(c10::attr::name));
     }
     return calls;
 }

@@ -49,7 +49,8 @@ private:
         const c10::optional<::torch::jit::QConfig>& own = entry != dict_.end() ? entry->second : inherited;
         std::string text = std::to_string(id_of(own)) + "(";
         for (const auto& child : module.named_children())
-            text += child.name + ":" + signature(child.value, path.empty() ? child.name : path + "." + child.name, own) + ",";
+            text += child.name + ":" +
+                    signature(child.value, path.empty() ? child.name : path + "." + child.name, own) + ",";
         text += ")";
         const c10::ClassType* type = module.type().get();
         signatures_[type].insert(text);

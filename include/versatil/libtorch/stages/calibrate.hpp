@@ -26,7 +26,8 @@ inline void check_batch(const batch& inputs, std::size_t index, const char* what
         const at::Tensor& input = inputs.input(i);
         const std::string which = inputs.arity() == 1 ? name : name + " input " + std::to_string(i);
         if (!input.defined() || input.numel() == 0)
-            throw error(error_kind::invalid_calibration_data, which + " is empty; give batches with at least one sample");
+            throw error(error_kind::invalid_calibration_data,
+                        which + " is empty; give batches with at least one sample");
         if (at::isComplexType(input.scalar_type()))
             throw error(error_kind::invalid_calibration_data,
                         which + " has dtype " + std::string(c10::toString(input.scalar_type())) +

@@ -63,7 +63,8 @@ bool has_node_where(const std::shared_ptr<::torch::jit::Graph>& graph, Predicate
 }
 
 // Whether `graph` has, at any depth, a node of one of `kinds`.
-inline bool has_node_of_kind(const std::shared_ptr<::torch::jit::Graph>& graph, std::initializer_list<c10::Symbol> kinds) {
+inline bool has_node_of_kind(const std::shared_ptr<::torch::jit::Graph>& graph,
+                             std::initializer_list<c10::Symbol> kinds) {
     return has_node_where(graph, [&](const ::torch::jit::Node* node) {
         return std::find(kinds.begin(), kinds.end(), node->kind()) != kinds.end();
     });
@@ -100,7 +101,8 @@ inline std::vector<std::shared_ptr<::torch::jit::Graph>> all_method_graphs(const
 
 // The module path of every module value of a method graph that reads submodules from `self`
 // (its first input, path "") by attribute chains, as an inlined forward does: "features.0".
-inline std::map<const ::torch::jit::Value*, std::string> module_value_paths(const std::shared_ptr<::torch::jit::Graph>& graph) {
+inline std::map<const ::torch::jit::Value*, std::string> module_value_paths(
+    const std::shared_ptr<::torch::jit::Graph>& graph) {
     std::map<const ::torch::jit::Value*, std::string> paths;
     if (graph->inputs().empty()) return paths;
     paths.emplace(graph->inputs()[0], "");
