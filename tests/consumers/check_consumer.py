@@ -107,10 +107,13 @@ def main():
             else:
                 # The README's lines as they are; PKG_CONFIG_PATH finds the staged .pc files.
                 env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / options["libdir"] / "pkgconfig"))
-                for program, flags in zip(programs, ["--cflags versatil", "--cflags --libs versatil-torch"]):
+                for program, flags in zip(programs, ["--cflags versatil", "--cflags --libs versatil-libtorch"]):
                     line = f"c++ -std=c++20 app.cpp $(pkg-config {flags}) -o app"
                     require_in_readme(args, line)
                     step(line.replace("app", program), cwd=project, env=env, shell=True)
+                if args.torch:  # the layer's former name gives the same flags
+                    step('test "$(pkg-config --cflags --libs versatil-torch)" = '
+                         '"$(pkg-config --cflags --libs versatil-libtorch)"', env=env, shell=True)
                 binaries = project
         for program in programs:
             step([binaries / program])

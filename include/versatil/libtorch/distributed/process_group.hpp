@@ -11,7 +11,7 @@
 #pragma once
 
 #ifndef USE_C10D_GLOO
-// Define USE_C10D_GLOO (the meson dependency versatil-torch-distributed does) and install libgloo-dev.
+// Define USE_C10D_GLOO (the meson dependency versatil-libtorch-distributed does) and install libgloo-dev.
 #error "versatil/libtorch/distributed needs LibTorch's Gloo process group: define USE_C10D_GLOO"
 #endif
 
