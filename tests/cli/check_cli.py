@@ -2,8 +2,9 @@
 """versatil-quantize end to end: the embedded default, real files, and every bad input the
 CLI must refuse with exit status 2, a message naming the problem, no partial output and the
 input files unchanged; exit 1 for an engine that cannot run the converted model and for an
-unforeseen error (one line, the whole message with --verbose); --version. Usage: check_cli.py VERSATIL_QUANTIZE EXPORT_PROGRAM VERSION
-(VERSION: meson's project version, which --version must print)"""
+unforeseen error (one line, the whole message with --verbose); --version.
+Usage: check_cli.py VERSATIL_QUANTIZE EXPORT_PROGRAM VERSION [runs|refusals]
+(VERSION: meson's project version, which --version must print; no part runs both)"""
 import hashlib
 import json
 import os
@@ -249,15 +250,24 @@ def check_libtorch_warnings_folded(d):
         failures.append(f"LibTorch's warnings not folded: {warnings}, {len(flooded)} raw lines")
 
 
-# --version: versatil's version as meson.build has it, LibTorch's, and the engines the two
-# backends lower to (x86_inductor: onednn, xnnpack: qnnpack).
-version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
-engines = re.search(r"^LibTorch \d+\.\d+\.\d+\nquantized engines:(.*)$", version, re.M)
-if not engines or not {"onednn", "qnnpack"} <= set(engines.group(1).split()):
-    failures.append(f"--version lacks the LibTorch version or the onednn and qnnpack engines:\n{version}")
+def check_version():
+    """--version: versatil's version as meson.build has it, LibTorch's, and the engines the two
+    backends lower to (x86_inductor: onednn, xnnpack: qnnpack)."""
+    version = run("--version", expect_text=f"versatil {project_version}\nLibTorch ")
+    engines = re.search(r"^LibTorch \d+\.\d+\.\d+\nquantized engines:(.*)$", version, re.M)
+    if not engines or not {"onednn", "qnnpack"} <= set(engines.group(1).split()):
+        failures.append(f"--version lacks the LibTorch version or the onednn and qnnpack engines:\n{version}")
 
-with tempfile.TemporaryDirectory() as scratch:
-    d = Path(scratch)
+
+def fashion_mnist_files(d):
+    """A real model and data file (Fashion-MNIST, trained by the export example) in d."""
+    subprocess.run([export, d, "--steps", "150"], check=True, timeout=600)
+    return d / "model.pt", d / "data.pt"
+
+
+def check_runs(d):
+    """Runs that succeed: the embedded default, the Fashion-MNIST model with each kind of option,
+    accuracy targets, --per-layer-samples, QAT's --freeze-observers-after."""
     # The embedded default: table on stdout, JSON report and model written.
     out = run("--report", d / "r.json", "--out", d / "q.pt", expect_text="output SQNR")
     report = json.loads((d / "r.json").read_text())
@@ -286,10 +296,7 @@ with tempfile.TemporaryDirectory() as scratch:
         "classifier.fc2=none", "--no-per-layer", expect_text="classifier.fc2")
     run("--target", "=xnnpack:dynamic", "--batch", "4", "--threads", "2", "--no-per-layer", expect_text="batch 4, 2 threads")
 
-    # A real model and data file (Fashion-MNIST, trained by the export example).
-    subprocess.run([export, d, "--steps", "150"], check=True, timeout=600)
-    model, data = d / "model.pt", d / "data.pt"
-    model_digest, data_digest = digest(model), digest(data)
+    model, data = fashion_mnist_files(d)
     out = run("--model", model, "--data", data, "--target", "=xnnpack", "--report", d / "fm.json", "--out",
               d / "fm_q.pt", "--no-per-layer", expect_text="top-1")
     # QAT: the qat option trains on the data file's train_inputs / train_labels first.
@@ -364,7 +371,13 @@ with tempfile.TemporaryDirectory() as scratch:
     run("--min-sqnr", "0", "--WORLD_SIZE", "2", "--RANK", "0", "--MASTER_ADDR", "127.0.0.1", "--MASTER_PORT", "1",
         expect_status=2, expect_text="an accuracy target quantizes again per step")
 
-    # Bad input: exit 2, a message naming the problem, nothing written, inputs untouched.
+
+
+def check_refusals(d):
+    """Bad input: exit 2, a message naming the problem, nothing written, inputs untouched; exit 1
+    for an engine that cannot run the converted model and for an unforeseen error."""
+    model, data = fashion_mnist_files(d)
+    model_digest, data_digest = digest(model), digest(data)
     run("--target", "features=tensorrt", expect_status=2, expect_text="unknown backend 'tensorrt'")
     run("--target", "features=xnnpack:reduce_range", expect_status=2, expect_text="unknown option 'reduce_range'")
     run("--target", "features", expect_status=2, expect_text="is not PATH=BACKEND")
@@ -592,8 +605,20 @@ def check_per_layer_top():
                             f"{rows[1]['name']}\n{table}")
 
 
-check_per_layer_top()
-check_interrupted()
+# Two halves, each a meson test of its own (examples/meson.build), so that the suite runs them side
+# by side: "runs" and "refusals"; no part given runs both.
+part = sys.argv[4] if len(sys.argv) > 4 else "all"
+if part not in ("all", "runs", "refusals"):
+    sys.exit(f"check_cli.py: unknown part {part!r} (runs, refusals)")
+if part in ("all", "runs"):
+    with tempfile.TemporaryDirectory() as scratch:
+        check_runs(Path(scratch))
+if part in ("all", "refusals"):
+    check_version()
+    with tempfile.TemporaryDirectory() as scratch:
+        check_refusals(Path(scratch))
+    check_per_layer_top()
+    check_interrupted()
 
 for failure in failures:
     print("FAIL:", failure)
