@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The layout document (docs/layout.md) against include/versatil/libtorch/: fails when a header sits
-in a folder (or libtorch/ itself) the document's table does not name, when a folder it names holds no header, when a folder
-holds more than 20 headers, or when folders include each other in a cycle (a model's path through
-the rooms would then come back). Usage: check_layout.py LAYOUT_MD INCLUDE_DIR"""
+in a folder (or libtorch/ itself) the document's table does not name, when a folder it names holds
+no header, when a folder holds more than 20 headers, or when folders include each other in a cycle
+(a model's path through the rooms would then come back). Usage: check_layout.py LAYOUT_MD INCLUDE_DIR"""
 import re
 import sys
 from pathlib import Path
@@ -19,7 +19,8 @@ for header in root.rglob("*.hpp"):
 problems = []
 for header in headers.pop("", []):
     if header.name not in named_files:
-        problems.append(f"{header.relative_to(include_dir)} sits in libtorch/ itself, outside every folder the picture names")
+        problems.append(f"{header.relative_to(include_dir)} sits in libtorch/ itself, "
+                        "outside every folder the picture names")
 for folder in sorted(set(headers) - named):
     problems.append(f"libtorch/{folder}/ holds {len(headers[folder])} header(s) but {layout.name} does not name it")
 for folder in sorted(named - set(headers)):
