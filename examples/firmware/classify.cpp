@@ -36,7 +36,8 @@ constexpr std::array<std::int8_t, 256> pixel_levels = [] {
     for (int p = 0; p < 256; ++p) {
         const float normalised = (static_cast<float>(p) / 255.0F - static_cast<float>(embedded_images::mean)) /
                                  static_cast<float>(embedded_images::std_dev);
-        levels[static_cast<std::size_t>(p)] = static_cast<std::int8_t>(versatil::math::quantize(normalised, input, {-128, 127}));
+        levels[static_cast<std::size_t>(p)] =
+            static_cast<std::int8_t>(versatil::math::quantize(normalised, input, {-128, 127}));
     }
     return levels;
 }();

@@ -4,8 +4,8 @@ CNN with depthwise and residual layers; versatil-quantize quantizes it for corte
 it (--export); the exported header's runtime, built for this host with examples/firmware/classify.cpp,
 must agree with LibTorch's quantized model on every test image (top-1 on at least --min-top1 of
 them, every int8 output within --max-lsb), as computed here from both sides' raw outputs, and the
-report's firmware section must state the same figures; the header must compile with its figures. Then the refusals: an op
-firmware cannot run, a CPU target and a bad namespace exit 2 and leave no output behind; and
+report's firmware section must state the same figures; the header must compile with its figures.
+Then the refusals: an op firmware cannot run, a CPU target and a bad namespace exit 2 and leave no output behind; and
 --export-input-layout hwc (channel_last).
 Needs Debian's python3-torch (/usr/bin/python3).
 
@@ -121,7 +121,8 @@ def runtime_against_libtorch(args, work, count):
     the report's own figures must be what is measured here."""
     images = work / "fm_test_images.hpp"
     embedded = run([sys.executable, ROOT / "examples/firmware/embed_images.py", "--count", count, "--out", images])
-    check(embedded.returncode == 0, f"{count} test images embedded" + ("" if embedded.returncode == 0 else ": " + embedded.stderr))
+    check(embedded.returncode == 0,
+          f"{count} test images embedded" + ("" if embedded.returncode == 0 else ": " + embedded.stderr))
     program = work / "classify_fm_all"
     if not build_classify(args, work, "fm_test_images.hpp", program, ["-O1"],
                           "classify.cpp builds for the host with the exported model and every test image"):
@@ -130,7 +131,8 @@ def runtime_against_libtorch(args, work, count):
     # "image I label L predicted P outputs O0 ... O9", one line per image
     runtime = [[int(v) for v in line.split()[7:]] for line in ran.stdout.splitlines() if line.startswith("image ")]
     check(ran.returncode == 0 and len(runtime) == count and all(len(o) == 10 for o in runtime),
-          f"the runtime printed ten int8 outputs for each of {count} images (exit {ran.returncode}, {len(runtime)} lines)")
+          f"the runtime printed ten int8 outputs for each of {count} images "
+          f"(exit {ran.returncode}, {len(runtime)} lines)")
     if len(runtime) != count:
         return
 
@@ -175,8 +177,10 @@ def build_classify(args, work, images_header, program, flags, what):
 def device_proof(args, work):
     """classify.cpp with the exported model on the host and under QEMU; top-1 against LibTorch."""
     images = work / "fm_images.hpp"
-    embedded = run([sys.executable, ROOT / "examples/firmware/embed_images.py", "--count", args.images, "--out", images])
-    check(embedded.returncode == 0, f"{args.images} test images embedded" + ("" if embedded.returncode == 0 else ": " + embedded.stderr))
+    embedded = run([sys.executable, ROOT / "examples/firmware/embed_images.py", "--count", args.images,
+                    "--out", images])
+    check(embedded.returncode == 0,
+          f"{args.images} test images embedded" + ("" if embedded.returncode == 0 else ": " + embedded.stderr))
     defines = ['VERSATIL_MODEL_HEADER="fm_cnn.hpp"', "VERSATIL_MODEL_NAMESPACE=fm_cnn",
                'VERSATIL_IMAGES_HEADER="fm_images.hpp"']
     host = work / "classify_fm_host"
@@ -207,7 +211,8 @@ def device_proof(args, work):
           f"{args.images} images (differ: {differ[:10]}); device correct on {correct}")
     sizes = json.loads((work / "device" / "sizes.json").read_text())
     for variant, measured in sizes.items():
-        print(f"{variant}: .text {measured['sections'].get('.text', 0)} B, runtime code {measured['runtime_code_bytes']} B")
+        print(f"{variant}: .text {measured['sections'].get('.text', 0)} B, "
+              f"runtime code {measured['runtime_code_bytes']} B")
     # What benchmarks/firmware.py --proof reads for its Fashion-MNIST row.
     report = json.loads((work / "report.json").read_text())
     (work / "proof.json").write_text(json.dumps({
@@ -227,7 +232,8 @@ def refusals(args, work):
     outputs = [work / "out" / name for name in ("q.pt", "report.json", "gate.hpp")]
     (work / "out").mkdir()
     cases = [
-        (["--target", "=cortex_m"], "error (unsupported_export): cannot export for firmware: op 'aten::gelu' in module 'act'"),
+        (["--target", "=cortex_m"],
+         "error (unsupported_export): cannot export for firmware: op 'aten::gelu' in module 'act'"),
         (["--target", "=xnnpack"], "error (invalid_argument): --export writes firmware for a microcontroller"),
         (["--target", "=cortex_m", "--export-namespace", "2fast"], "namespace '2fast' is not a C++ namespace name"),
     ]

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """The MLPerf Tiny four end to end (issue 36): mlperf_tiny_models.py writes the architectures (random
 weights, batch norm settled, torch.jit.script; with --models operators, operator_models.py writes the
-models of the other firmware operators, torchvision's MobileNetV3-small among them), versatil-quantize quantizes each for cortex_m and
-exports it (--export); each must export, its header compile, and the runtime on this host agree
-with LibTorch's quantized model (the report's firmware figures: top-1 on every test sample,
-every int8 output within --max-lsb).
+models of the other firmware operators, torchvision's MobileNetV3-small among them),
+versatil-quantize quantizes each for cortex_m and exports it (--export); each must export, its
+header compile, and the runtime on this host agree with LibTorch's quantized model (the report's
+firmware figures: top-1 on every test sample, every int8 output within --max-lsb).
 
 With --device: run_samples.cpp with the exported header and the first --samples test samples
 (int8, quantized as LibTorch's quantized model quantizes its input), built for the host and for

@@ -74,7 +74,8 @@ def library_frames(args):
     # libgcc's soft-float helpers, which the portable (FPU-less) output stage calls: the same reading.
     libgcc = subprocess.run([gcc, "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=soft", "-print-libgcc-file-name"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    listing = subprocess.run([device.tool(args.compiler, "objdump"), "-d", libgcc], capture_output=True, text=True).stdout
+    listing = subprocess.run([device.tool(args.compiler, "objdump"), "-d", libgcc], capture_output=True,
+                             text=True).stdout
     for name in ("__aeabi_fmul", "__aeabi_i2f"):
         body = re.search(rf"^[0-9a-f]+ <{name}>:\n(.*?)(?:\n\n|\Z)", listing, re.M | re.S)
         if not body or re.search(r"\tbl\s", body.group(1)):

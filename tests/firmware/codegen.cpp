@@ -51,11 +51,13 @@ TEST_CASE("validate accepts the synthetic graph and names the op of every malfor
 
     g = good;
     op_named(g, "features.3.depthwise").groups = 3;
-    CHECK(rejection(g).find("'features.3.depthwise' (conv2d): 3 groups do not divide 8 input and 8 output channels") != std::string::npos);
+    CHECK(rejection(g).find("'features.3.depthwise' (conv2d): 3 groups do not divide 8 input and 8 output channels") !=
+          std::string::npos);
 
     g = good;
     g.tensors[static_cast<std::size_t>(op_named(g, "features.4").output)].shape.height = 8;  // as ceil mode would
-    CHECK(rejection(g).find("'features.4' (conv2d): output shape {16, 8, 7} does not follow from input {8, 14, 14}") != std::string::npos);
+    CHECK(rejection(g).find("'features.4' (conv2d): output shape {16, 8, 7} does not follow from input {8, 14, 14}") !=
+          std::string::npos);
 
     g = good;
     op_named(g, "features.3.add").inputs = {op_named(g, "features.4").output, 2};
@@ -94,7 +96,9 @@ TEST_CASE("validate accepts the synthetic graph and names the op of every malfor
     // Every public entry point validates.
     g = good;
     op_named(g, "classifier.fc2").bias.push_back(0.0F);
-    CHECK_THROWS_WITH_AS(header_for(g, "m"), doctest::Contains("'classifier.fc2' (linear): 11 biases for 10 output channels"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(header_for(g, "m"),
+                         doctest::Contains("'classifier.fc2' (linear): 11 biases for 10 output channels"),
+                         std::invalid_argument);
     CHECK_THROWS_AS(summarize(g), std::invalid_argument);
     CHECK_THROWS_AS(run_on_host(g, std::vector<std::int8_t>(784)), std::invalid_argument);
 }
@@ -119,23 +123,28 @@ TEST_CASE("lowering: int32 biases at input scale x weight scale, per-channel mul
         // quantizes it (float product with 1 / float scale, half to even), the rescale in float
         // (generate_requantization_scales), which a Q31 multiplier holds exactly.
         const double accumulator_scale = in.scale * source.weight_scales[c];
-        CHECK(dw.bias[c] == static_cast<std::int32_t>(std::nearbyint(source.bias[c] * (1.0F / static_cast<float>(accumulator_scale)))));
+        CHECK(dw.bias[c] == static_cast<std::int32_t>(
+                                std::nearbyint(source.bias[c] * (1.0F / static_cast<float>(accumulator_scale)))));
         const float requantization = (static_cast<float>(source.weight_scales[c]) * static_cast<float>(in.scale)) *
                                      (1.0F / static_cast<float>(out.scale));
         CHECK(dw.multipliers[c] == versatil::math::quantize_multiplier(requantization));
-        CHECK(std::ldexp(static_cast<double>(dw.multipliers[c].multiplier), dw.multipliers[c].shift - 31) == requantization);
+        CHECK(std::ldexp(static_cast<double>(dw.multipliers[c].multiplier), dw.multipliers[c].shift - 31) ==
+              requantization);
     }
     bool standing_clamp = false;
-    for (const lowered_layer& layer : l.layers) standing_clamp = standing_clamp || layer.module == "features.5.hardtanh";
+    for (const lowered_layer& layer : l.layers)
+        standing_clamp = standing_clamp || layer.module == "features.5.hardtanh";
     CHECK(standing_clamp);
     // The relu fused by the model itself (conv2d_relu) keeps levels at or above the zero point.
     CHECK(std::get<fw::conv2d_params>(l.layers[0].params).range == fw::activation_range{-128, 127});  // zero point -128
     // QNNPACK's add: each input's scale / output scale at 2^shift, the larger ratio in [2^21, 2^22).
     const auto& add = std::get<fw::add_params>(l.layers[4].params);
-    const integer_op& add_op = *std::find_if(g.ops.begin(), g.ops.end(), [](const integer_op& op) { return op.kind == op_kind::add; });
+    const integer_op& add_op =
+        *std::find_if(g.ops.begin(), g.ops.end(), [](const integer_op& op) { return op.kind == op_kind::add; });
     const float ratio1 = static_cast<float>(g.tensors[static_cast<std::size_t>(add_op.inputs[0])].scale) /
                          static_cast<float>(g.tensors[static_cast<std::size_t>(add_op.output)].scale);
-    CHECK(add.input1_multiplier == static_cast<std::int32_t>(std::nearbyint(std::ldexp(static_cast<double>(ratio1), add.shift))));
+    CHECK(add.input1_multiplier ==
+          static_cast<std::int32_t>(std::nearbyint(std::ldexp(static_cast<double>(ratio1), add.shift))));
     CHECK(std::max(add.input1_multiplier, add.input2_multiplier) >= (1 << 21));
     CHECK(std::max(add.input1_multiplier, add.input2_multiplier) < (1 << 22));
 }
@@ -169,10 +178,13 @@ TEST_CASE("run_on_host equals a plain executor with a buffer per tensor, and rea
                 fw::conv2d(q, a.data(), out.data());
             }
             else if (const auto* p = std::get_if<fw::linear_params>(&params)) fw::linear(*p, a.data(), out.data());
-            else if (const auto* p = std::get_if<fw::add_params>(&params)) fw::add(*p, a.data(), tensors[static_cast<std::size_t>(layer.inputs[1])].data(), out.data());
+            else if (const auto* p = std::get_if<fw::add_params>(&params))
+                fw::add(*p, a.data(), tensors[static_cast<std::size_t>(layer.inputs[1])].data(), out.data());
             else if (const auto* p = std::get_if<fw::clamp_params>(&params)) fw::clamp(*p, a.data(), out.data());
-            else if (const auto* p = std::get_if<fw::max_pool2d_params>(&params)) fw::max_pool2d(*p, a.data(), out.data());
-            else if (const auto* p = std::get_if<fw::avg_pool2d_params>(&params)) fw::avg_pool2d(*p, a.data(), out.data());
+            else if (const auto* p = std::get_if<fw::max_pool2d_params>(&params))
+                fw::max_pool2d(*p, a.data(), out.data());
+            else if (const auto* p = std::get_if<fw::avg_pool2d_params>(&params))
+                fw::avg_pool2d(*p, a.data(), out.data());
             else out = a;
         }
         const std::vector<std::int8_t> before = input;
@@ -205,27 +217,36 @@ TEST_CASE("quantize_input rounds as ATen does and checks the size") {
 TEST_CASE("header_for: a namespace must be a C++ name; the header holds the API and the plan") {
     const integer_graph g = synthetic::graph(2);
     for (const char* bad : {"", "2fast", "a-b", "namespace", "a::", "::a", "std", "__x", "a::int"}) {
-        CHECK_THROWS_WITH_AS(header_for(g, bad), doctest::Contains("is not a C++ namespace name"), std::invalid_argument);
+        CHECK_THROWS_WITH_AS(header_for(g, bad), doctest::Contains("is not a C++ namespace name"),
+                             std::invalid_argument);
         CHECK_THROWS_AS(versatil::codegen::check_namespace(bad), std::invalid_argument);  // the CLI's early check
     }
     CHECK_NOTHROW(versatil::codegen::check_namespace("vendor::fm"));
     const std::string text = header_for(g, "vendor::fm");
-    for (const char* part : {"namespace vendor::fm {", "struct model {", "static constexpr std::size_t input_size = 784;",
-                             "static constexpr std::size_t output_size = 10;", "arena_bytes = detail::plan.figures.arena_bytes",
-                             "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
-                             "                    OnLayer&& on_layer = {}) noexcept",
-                             "on_layer(fw::layer_event::starts, 0, \"features.0\");",
-                             "void vendor_fm_run(const int8_t* input, int8_t* output);",
-                             "#define VENDOR_FM_INPUT_SIZE 784\n",
-                             "#define VENDOR_FM_OUTPUT_SIZE 10\n", "#ifndef VERSATIL_WEIGHTS_SECTION\n",
-                             "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr std::int8_t weights_0[]",
-                             "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[",
-                             "inline constexpr fw::arena_plan<tensor_count> plan = {{{",
-                             "static_assert(fw::misplaced_tensor(plan, tensors, layers, input_tensor, "
-                             "output_tensor) == -1",
-                             "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
-                             "fw::depthwise_conv2d_3x3(detail::layer_2, a + plan.tensors[", "fw::conv2d_im2col(detail::layer_0, ",
-                             "fw::linear_blocked(detail::layer_", "kernel conv2d_im2col, weights in its order", ", in place\n"})
+    for (const char* part :
+         {"namespace vendor::fm {",
+          "struct model {",
+          "static constexpr std::size_t input_size = 784;",
+          "static constexpr std::size_t output_size = 10;",
+          "arena_bytes = detail::plan.figures.arena_bytes",
+          "static void run(const std::int8_t* input, std::int8_t* output, std::byte* arena,\n"
+          "                    OnLayer&& on_layer = {}) noexcept",
+          "on_layer(fw::layer_event::starts, 0, \"features.0\");",
+          "void vendor_fm_run(const int8_t* input, int8_t* output);",
+          "#define VENDOR_FM_INPUT_SIZE 784\n",
+          "#define VENDOR_FM_OUTPUT_SIZE 10\n",
+          "#ifndef VERSATIL_WEIGHTS_SECTION\n",
+          "VERSATIL_WEIGHTS_ALIGN VERSATIL_WEIGHTS_SECTION inline constexpr std::int8_t weights_0[]",
+          "VERSATIL_ARENA_ALIGN VERSATIL_ARENA_SECTION inline std::byte arena[",
+          "inline constexpr fw::arena_plan<tensor_count> plan = {{{",
+          "static_assert(fw::misplaced_tensor(plan, tensors, layers, input_tensor, "
+          "output_tensor) == -1",
+          "static_assert(fw::consistent(layers[0], tensors, tensor_count), \"vendor::fm: layer 0 'features.0' (conv2d)",
+          "fw::depthwise_conv2d_3x3(detail::layer_2, a + plan.tensors[",
+          "fw::conv2d_im2col(detail::layer_0, ",
+          "fw::linear_blocked(detail::layer_",
+          "kernel conv2d_im2col, weights in its order",
+          ", in place\n"})
         CHECK_MESSAGE(text.find(part) != std::string::npos, part);
 }
 

@@ -27,8 +27,8 @@ FLAGS = ["-std=c++20", "-mcpu=cortex-m4", "-mthumb", "-Os", "-fno-exceptions", "
 # does, firmware/output_stage.hpp), `portable` a core without an FPU (the same float arithmetic
 # through the compiler's soft-float library): both must give the host's bytes.
 FLOAT_FLAGS = {"dsp": ["-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"], "portable": ["-mfloat-abi=soft"]}
-FORBIDDEN = re.compile(r"^(malloc|free|calloc|realloc|_malloc_r|_free_r|_sbrk|_sbrk_r|__cxa_throw|__cxa_allocate_exception|"
-                       r"__gxx_personality_v0|operator new.*|operator delete.*)$")
+FORBIDDEN = re.compile(r"^(malloc|free|calloc|realloc|_malloc_r|_free_r|_sbrk|_sbrk_r|__cxa_throw|"
+                       r"__cxa_allocate_exception|__gxx_personality_v0|operator new.*|operator delete.*)$")
 QEMU = ["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
         "-semihosting-config", "enable=on,target=native", "-kernel"]
 
@@ -49,7 +49,8 @@ def build(args, variant: str, out: Path) -> Path:
     includes = [f"-I{Path(args.root) / 'include'}", f"-I{Path(args.root) / 'examples' / 'firmware'}"] + \
         [f"-I{d}" for d in args.include_dir]
     elf = out / f"{Path(args.source).stem}_{variant}.elf"
-    command = [args.compiler, *FLAGS, *FLOAT_FLAGS[variant], *defines, *includes, "-nostartfiles", "-T", str(board / "mps2_an386.ld"),
+    command = [args.compiler, *FLAGS, *FLOAT_FLAGS[variant], *defines, *includes, "-nostartfiles",
+               "-T", str(board / "mps2_an386.ld"),
                "-Wl,--gc-sections", f"-Wl,-Map={elf.with_suffix('.map')}", str(board / "startup.cpp"), args.source,
                "-o", str(elf)]
     print(" ".join(command), flush=True)

@@ -29,7 +29,9 @@ struct random_bits {
         state ^= state << 5;
         return state;
     }
-    int between(int lo, int hi) noexcept { return lo + static_cast<int>(next() % static_cast<std::uint32_t>(hi - lo + 1)); }
+    int between(int lo, int hi) noexcept {
+        return lo + static_cast<int>(next() % static_cast<std::uint32_t>(hi - lo + 1));
+    }
     std::int8_t level() noexcept { return static_cast<std::int8_t>(between(-128, 127)); }
 };
 
@@ -59,10 +61,12 @@ std::int32_t offset(random_bits& r, bool extreme) noexcept {
 void fill_rescale(random_bits& r, int channels, bool with_bias) noexcept {
     const bool any_shift = r.between(0, 3) == 0;
     for (int c = 0; c < channels; ++c) {
-        const int shift = any_shift ? r.between(-14, 1) : (r.between(0, 7) == 0 ? r.between(-31, -15) : r.between(-14, -2));
+        const int shift =
+            any_shift ? r.between(-14, 1) : (r.between(0, 7) == 0 ? r.between(-31, -15) : r.between(-14, -2));
         multipliers[c] = {static_cast<std::int32_t>((1U << 30) + (r.next() >> 2)), shift};
         const int kind = r.between(0, 9);
-        bias[c] = kind == 0 ? 2147483647 - r.between(0, 100) : (kind == 1 ? -2147483647 + r.between(0, 100) : r.between(-40000, 40000));
+        bias[c] = kind == 0 ? 2147483647 - r.between(0, 100)
+                            : (kind == 1 ? -2147483647 + r.between(0, 100) : r.between(-40000, 40000));
     }
     if (!with_bias) bias[0] = 0;
 }
@@ -166,7 +170,10 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         p.bias = r.between(0, 3) == 0 ? nullptr : bias;
         p.multipliers = multipliers;
         fw::conv2d(p, input, output);
-        const bool ok = !depthwise || in_place_matches(p, p.output.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::conv2d(q, i, o); });
+        const bool ok = !depthwise || in_place_matches(p, p.output.elements(),
+                                                       [](const auto& q, const std::int8_t* i, std::int8_t* o) {
+                                                           fw::conv2d(q, i, o);
+                                                       });
         mismatches += ok ? 0 : 1;
         report("conv2d", n, output, p.output.elements(), ok);
         mismatches += channel_last_mismatch("conv2d", n, p, [](const auto& q, const std::int8_t* i, std::int8_t* o) {
@@ -194,7 +201,10 @@ int conv2d_cases(random_bits& r, int cases, int first_kind, int last_kind) {
         if (fw::depthwise_conv2d_3x3_applies(q)) {
             fw::depthwise_conv2d_3x3(q, input2 + misalign, fast_output + misalign, scratch + misalign);
             mismatches += compare_fast("depthwise_conv2d_3x3", n, misalign, p.output.elements());
-            const bool in_place_ok = in_place_matches(q, p.output.elements(), [](const auto& k, const std::int8_t* i, std::int8_t* o) { fw::depthwise_conv2d_3x3(k, i, o, scratch + 1); });
+            const bool in_place_ok =
+                in_place_matches(q, p.output.elements(), [](const auto& k, const std::int8_t* i, std::int8_t* o) {
+                    fw::depthwise_conv2d_3x3(k, i, o, scratch + 1);
+                });
             mismatches += in_place_ok ? 0 : 1;
             if (!in_place_ok) console::line() << "depthwise_conv2d_3x3 " << n << " in-place mismatch\n";
         }
@@ -234,9 +244,14 @@ void elementwise_cases(random_bits& r, int cases) {
         const int elements = r.between(1, 500);
         fill(r, input, elements, false);
         fill(r, input2, elements, false);
-        fw::add_params a{elements, offset(r, false), offset(r, false), r.between(-128, 127),
-                         static_cast<std::int32_t>((1U << 21) + (r.next() >> 11)), static_cast<std::int32_t>(r.next() >> 10),
-                         r.between(13, 31), range(r)};
+        fw::add_params a{elements,
+                         offset(r, false),
+                         offset(r, false),
+                         r.between(-128, 127),
+                         static_cast<std::int32_t>((1U << 21) + (r.next() >> 11)),
+                         static_cast<std::int32_t>(r.next() >> 10),
+                         r.between(13, 31),
+                         range(r)};
         fw::add(a, input, input2, output);
         report("add", n, output, elements);
         fw::clamp_params c{elements, offset(r, false), r.between(-128, 127),
@@ -258,14 +273,16 @@ int pool_cases(random_bits& r, int cases) {
         fill(r, input, in.elements(), false);
         const fw::max_pool2d_params m{in, out, w, range(r)};
         fw::max_pool2d(m, input, output);
-        bool ok = in_place_matches(m, out.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::max_pool2d(q, i, o); });
+        bool ok = in_place_matches(
+            m, out.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::max_pool2d(q, i, o); });
         mismatches += ok ? 0 : 1;
         report("max_pool2d", n, output, out.elements(), ok);
         w.dilation_h = w.dilation_w = 1;
         out = fw::output_shape(in, w, in.channels);
         const fw::avg_pool2d_params a{in, out, w, r.between(0, 1) == 1, r.between(-128, 127), range(r)};
         fw::avg_pool2d(a, input, output);
-        ok = in_place_matches(a, out.elements(), [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::avg_pool2d(q, i, o); });
+        ok = in_place_matches(a, out.elements(),
+                              [](const auto& q, const std::int8_t* i, std::int8_t* o) { fw::avg_pool2d(q, i, o); });
         mismatches += ok ? 0 : 1;
         report("avg_pool2d", n, output, out.elements(), ok);
         const std::int32_t zero_point = r.between(-128, 127);  // apart: argument order is unspecified

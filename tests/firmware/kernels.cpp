@@ -46,7 +46,8 @@ std::vector<int> padded_plane(const std::int8_t* plane, fw::shape s, int pad_h, 
     const int h = s.height + 2 * pad_h, w = s.width + 2 * pad_w;
     std::vector<int> out(static_cast<std::size_t>(h * w), value);
     for (int y = 0; y < s.height; ++y)
-        for (int x = 0; x < s.width; ++x) out[static_cast<std::size_t>((y + pad_h) * w + x + pad_w)] = plane[y * s.width + x];
+        for (int x = 0; x < s.width; ++x)
+            out[static_cast<std::size_t>((y + pad_h) * w + x + pad_w)] = plane[y * s.width + x];
     return out;
 }
 
@@ -55,7 +56,8 @@ std::vector<std::int8_t> reference_conv2d(const fw::conv2d_params& p, const std:
     const int pw = p.input.width + 2 * p.win.padding_w;
     std::vector<std::vector<int>> padded;
     for (int c = 0; c < p.input.channels; ++c)
-        padded.push_back(padded_plane(input + c * p.input.plane(), p.input, p.win.padding_h, p.win.padding_w, -p.input_offset));
+        padded.push_back(
+            padded_plane(input + c * p.input.plane(), p.input, p.win.padding_h, p.win.padding_w, -p.input_offset));
     std::vector<std::int8_t> out;
     for (int oc = 0; oc < p.output.channels; ++oc)
         for (int oy = 0; oy < p.output.height; ++oy)
@@ -67,13 +69,20 @@ std::vector<std::int8_t> reference_conv2d(const fw::conv2d_params& p, const std:
                         for (int kx = 0; kx < p.win.kernel_w; ++kx) {
                             const int y = oy * p.win.stride_h + ky * p.win.dilation_h;
                             const int x = ox * p.win.stride_w + kx * p.win.dilation_w;
-                            const int w = p.weights[((oc * in_per_group + i) * p.win.kernel_h + ky) * p.win.kernel_w + kx];
-                            sum += std::int64_t{padded[static_cast<std::size_t>(ic)][static_cast<std::size_t>(y * pw + x)] + p.input_offset} * w;
+                            const int w =
+                                p.weights[((oc * in_per_group + i) * p.win.kernel_h + ky) * p.win.kernel_w + kx];
+                            sum +=
+                                std::int64_t{
+                                    padded[static_cast<std::size_t>(ic)][static_cast<std::size_t>(y * pw + x)] +
+                                    p.input_offset} *
+                                w;
                         }
                 }
                 sum += p.bias != nullptr ? p.bias[oc] : 0;
                 sum = std::clamp<std::int64_t>(sum, INT32_MIN, INT32_MAX);
-                out.push_back(clamp_level(std::int64_t{rescale_once(static_cast<std::int32_t>(sum), p.multipliers[oc])} + p.output_offset, p.range));
+                out.push_back(clamp_level(
+                    std::int64_t{rescale_once(static_cast<std::int32_t>(sum), p.multipliers[oc])} + p.output_offset,
+                    p.range));
             }
     return out;
 }
@@ -99,7 +108,8 @@ conv_case random_conv(std::mt19937& random) {
         const int in_c = kind == 1 ? between(1, 6) : groups * between(1, 3);
         p.input = {in_c, between(1, 10), between(1, 10)};
         p.groups = kind == 1 ? in_c : groups;
-        p.win = {between(1, 4), between(1, 4), between(1, 3), between(1, 3), between(0, 2), between(0, 2), between(1, 2), between(1, 2)};
+        p.win = {between(1, 4), between(1, 4), between(1, 3), between(1, 3),
+                 between(0, 2), between(0, 2), between(1, 2), between(1, 2)};
         p.output = fw::output_shape(p.input, p.win, kind == 1 ? in_c : groups * between(1, 3));
         if (p.output.elements() > 0) break;
     }
@@ -107,7 +117,8 @@ conv_case random_conv(std::mt19937& random) {
     c.output_scale = 0.05 + 0.5 * between(0, 100) / 100.0;
     const int in_zero = between(-128, 127), out_zero = between(-128, 127);
     c.input = random_levels(random, p.input.elements());
-    c.weights = random_levels(random, p.output.channels * p.input.channels / p.groups * p.win.kernel_h * p.win.kernel_w, -127, 127);
+    c.weights = random_levels(random, p.output.channels * p.input.channels / p.groups * p.win.kernel_h * p.win.kernel_w,
+                              -127, 127);
     for (int oc = 0; oc < p.output.channels; ++oc) {
         c.weight_scales.push_back(0.001 + 0.01 * between(0, 100) / 100.0);
         const double accumulator_scale = c.input_scale * c.weight_scales.back();
@@ -142,14 +153,16 @@ TEST_CASE("math/requantize's 32-bit forms equal the 64-bit division formulas the
         return static_cast<std::int32_t>(std::clamp<std::int64_t>(rounded, INT32_MIN, INT32_MAX));
     };
     std::mt19937 random(10);
-    std::vector<std::int32_t> values{0, 1, -1, 2, -2, INT32_MAX, INT32_MIN, INT32_MIN + 1, 1 << 30, -(1 << 30), 12345, -12345};
+    std::vector<std::int32_t> values{0,       1,          -1,    2,     -2, INT32_MAX, INT32_MIN, INT32_MIN + 1,
+                                     1 << 30, -(1 << 30), 12345, -12345};
     for (int i = 0; i < 20000; ++i) values.push_back(static_cast<std::int32_t>(random()) >> (random() % 31));
     for (std::int32_t x : values) {
         for (int e = 0; e <= 33; ++e) REQUIRE(versatil::math::rounding_divide_by_power_of_two(x, e) == divide(x, e));
         for (int shift = 1; shift <= 30; ++shift) {
             const fixed_point_multiplier m{static_cast<std::int32_t>((1U << 30) + (random() >> 2)), shift};
             REQUIRE(multiply_by_quantized_multiplier(x, m) == product_rounding(x, m));
-            REQUIRE(multiply_by_quantized_multiplier(x, {-m.multiplier, shift}) == product_rounding(x, {-m.multiplier, shift}));
+            REQUIRE(multiply_by_quantized_multiplier(x, {-m.multiplier, shift}) ==
+                    product_rounding(x, {-m.multiplier, shift}));
         }
     }
 }
@@ -186,12 +199,18 @@ TEST_CASE("conv2d is within one level of the float computation on the real value
                                 const int x = ox * p.win.stride_w - p.win.padding_w + kx * p.win.dilation_w;
                                 if (y < 0 || x < 0 || y >= p.input.height || x >= p.input.width) continue;
                                 const int ic = oc / out_per_group * in_per_group + i;
-                                const double xv = c.input_scale * (c.input[static_cast<std::size_t>((ic * p.input.height + y) * p.input.width + x)] + p.input_offset);
-                                const double wv = c.weight_scales[static_cast<std::size_t>(oc)] *
-                                                  c.weights[static_cast<std::size_t>(((oc * in_per_group + i) * p.win.kernel_h + ky) * p.win.kernel_w + kx)];
+                                const double xv =
+                                    c.input_scale *
+                                    (c.input[static_cast<std::size_t>((ic * p.input.height + y) * p.input.width + x)] +
+                                     p.input_offset);
+                                const double wv =
+                                    c.weight_scales[static_cast<std::size_t>(oc)] *
+                                    c.weights[static_cast<std::size_t>(
+                                        ((oc * in_per_group + i) * p.win.kernel_h + ky) * p.win.kernel_w + kx)];
                                 real += xv * wv;
                             }
-                    const double level = std::clamp(std::round(real / c.output_scale) + p.output_offset, double(p.range.min), double(p.range.max));
+                    const double level = std::clamp(std::round(real / c.output_scale) + p.output_offset,
+                                                    double(p.range.min), double(p.range.max));
                     const int got = out[static_cast<std::size_t>((oc * p.output.height + oy) * p.output.width + ox)];
                     REQUIRE(std::abs(got - level) <= 1.0);
                     exact += got == level ? 1 : 0;
@@ -212,33 +231,51 @@ TEST_CASE("linear equals the integer reference and the dot product's lengths all
             bias[static_cast<std::size_t>(o)] = static_cast<std::int32_t>(random() % 20001) - 10000;
             m[static_cast<std::size_t>(o)] = quantize_multiplier(1e-4 * (1 + random() % 1000));
         }
-        const fw::linear_params p{in, out_features, static_cast<std::int32_t>(random() % 256) - 127, static_cast<std::int32_t>(random() % 256) - 128,
-                                  {}, w.data(), bias.data(), m.data()};
+        const fw::linear_params p{in,
+                                  out_features,
+                                  static_cast<std::int32_t>(random() % 256) - 127,
+                                  static_cast<std::int32_t>(random() % 256) - 128,
+                                  {},
+                                  w.data(),
+                                  bias.data(),
+                                  m.data()};
         std::vector<std::int8_t> got(static_cast<std::size_t>(out_features));
         fw::linear(p, x.data(), got.data());
         for (int o = 0; o < out_features; ++o) {
             std::int64_t sum = bias[static_cast<std::size_t>(o)];
-            for (int i = 0; i < in; ++i) sum += std::int64_t{x[static_cast<std::size_t>(i)] + p.input_offset} * w[static_cast<std::size_t>(o * in + i)];
-            CHECK(got[static_cast<std::size_t>(o)] == clamp_level(std::int64_t{rescale_once(static_cast<std::int32_t>(sum), m[static_cast<std::size_t>(o)])} + p.output_offset, {}));
+            for (int i = 0; i < in; ++i)
+                sum += std::int64_t{x[static_cast<std::size_t>(i)] + p.input_offset} *
+                       w[static_cast<std::size_t>(o * in + i)];
+            CHECK(
+                got[static_cast<std::size_t>(o)] ==
+                clamp_level(std::int64_t{rescale_once(static_cast<std::int32_t>(sum), m[static_cast<std::size_t>(o)])} +
+                                p.output_offset,
+                            {}));
         }
-        CHECK(fw::dot(x.data(), w.data(), in, p.input_offset) == fw::dot_portable(x.data(), w.data(), in, p.input_offset));
+        CHECK(fw::dot(x.data(), w.data(), in, p.input_offset) ==
+              fw::dot_portable(x.data(), w.data(), in, p.input_offset));
     }
 }
 
 TEST_CASE("add: QNNPACK's integer add, within one level of the real sum, in place") {
     std::mt19937 random(14);
     for (int n = 0; n < 200; ++n) {
-        const double s1 = 0.01 + (random() % 1000) * 1e-4, s2 = 0.01 + (random() % 1000) * 1e-4, so = 0.02 + (random() % 1000) * 2e-4;
-        const int z1 = static_cast<int>(random() % 256) - 128, z2 = static_cast<int>(random() % 256) - 128, zo = static_cast<int>(random() % 256) - 128;
+        const double s1 = 0.01 + (random() % 1000) * 1e-4, s2 = 0.01 + (random() % 1000) * 1e-4,
+                     so = 0.02 + (random() % 1000) * 2e-4;
+        const int z1 = static_cast<int>(random() % 256) - 128, z2 = static_cast<int>(random() % 256) - 128,
+                  zo = static_cast<int>(random() % 256) - 128;
         // Each ratio at 2^shift, the larger in [2^21, 2^22) (QNNPACK's parameters, by hand).
         const int shift = 21 - static_cast<int>(std::floor(std::log2(std::max(s1, s2) / so)));
-        const auto at_shift = [&](double s) { return static_cast<std::int32_t>(std::nearbyint(std::ldexp(s / so, shift))); };
+        const auto at_shift = [&](double s) {
+            return static_cast<std::int32_t>(std::nearbyint(std::ldexp(s / so, shift)));
+        };
         const fw::add_params p{64, -z1, -z2, zo, at_shift(s1), at_shift(s2), shift, {}};
         std::vector<std::int8_t> a = random_levels(random, 64), b = random_levels(random, 64), out(64);
         fw::add(p, a.data(), b.data(), out.data());
         for (std::size_t i = 0; i < 64; ++i) {
             // One rounding of the exact sum of products, half away from zero.
-            const double sum = static_cast<double>((a[i] - z1) * p.input1_multiplier + (b[i] - z2) * p.input2_multiplier);
+            const double sum =
+                static_cast<double>((a[i] - z1) * p.input1_multiplier + (b[i] - z2) * p.input2_multiplier);
             CHECK(out[i] == clamp_level(static_cast<std::int64_t>(std::round(std::ldexp(sum, -shift))) + zo, {}));
             const double real = s1 * (a[i] - z1) + s2 * (b[i] - z2);
             CHECK(std::abs(out[i] - std::clamp(std::round(real / so) + zo, -128.0, 127.0)) <= 1.0);
@@ -261,8 +298,10 @@ TEST_CASE("clamp rescales exactly (identity when the quantization is shared) and
 TEST_CASE("pooling equals a reference with PyTorch's divisors and TFLite's rounding") {
     std::mt19937 random(15);
     for (int n = 0; n < 300; ++n) {
-        const fw::shape in{1 + static_cast<int>(random() % 3), 1 + static_cast<int>(random() % 9), 1 + static_cast<int>(random() % 9)};
-        fw::window w{1 + static_cast<int>(random() % 3), 1 + static_cast<int>(random() % 3), 1 + static_cast<int>(random() % 2), 1 + static_cast<int>(random() % 2)};
+        const fw::shape in{1 + static_cast<int>(random() % 3), 1 + static_cast<int>(random() % 9),
+                           1 + static_cast<int>(random() % 9)};
+        fw::window w{1 + static_cast<int>(random() % 3), 1 + static_cast<int>(random() % 3),
+                     1 + static_cast<int>(random() % 2), 1 + static_cast<int>(random() % 2)};
         w.padding_h = static_cast<int>(random() % static_cast<unsigned>(w.kernel_h / 2 + 1));
         w.padding_w = static_cast<int>(random() % static_cast<unsigned>(w.kernel_w / 2 + 1));
         const fw::shape out = fw::output_shape(in, w, in.channels);
@@ -280,7 +319,8 @@ TEST_CASE("pooling equals a reference with PyTorch's divisors and TFLite's round
                     for (int ky = 0; ky < w.kernel_h; ++ky)
                         for (int kx = 0; kx < w.kernel_w; ++kx) {
                             const int y = oy * w.stride_h - w.padding_h + ky, xx = ox * w.stride_w - w.padding_w + kx;
-                            if (y < in.height + w.padding_h && xx < in.width + w.padding_w) ++padded;  // inside the padded input
+                            if (y < in.height + w.padding_h && xx < in.width + w.padding_w)
+                                ++padded;  // inside the padded input
                             if (y < 0 || xx < 0 || y >= in.height || xx >= in.width) continue;
                             const int v = x[static_cast<std::size_t>((c * in.height + y) * in.width + xx)];
                             largest = std::max(largest, v);
@@ -322,13 +362,15 @@ TEST_CASE("mul: the real product within one level, whole or broadcast per channe
     const int zero_a = 3, zero_b = -7, zero_out = 4;
     for (const fw::shape second : {out, fw::shape{3, 1, 1}, fw::shape{1, 1, 1}}) {
         const auto b = random_levels(random, second.elements());
-        const fw::mul_params p{out, second, -zero_a, -zero_b, zero_out, quantize_multiplier(scale_a * scale_b / scale_out), {}};
+        const fw::mul_params p{
+            out, second, -zero_a, -zero_b, zero_out, quantize_multiplier(scale_a * scale_b / scale_out), {}};
         REQUIRE(fw::broadcastable(p));
         std::vector<std::int8_t> result(a.size());
         fw::mul(p, a.data(), b.data(), result.data());
         for (int i = 0; i < out.elements(); ++i) {
             const int j = second == out ? i : (second.channels == out.channels ? i / out.plane() : 0);
-            const double real = scale_a * (a[static_cast<std::size_t>(i)] - zero_a) * scale_b * (b[static_cast<std::size_t>(j)] - zero_b);
+            const double real = scale_a * (a[static_cast<std::size_t>(i)] - zero_a) * scale_b *
+                                (b[static_cast<std::size_t>(j)] - zero_b);
             const double level = std::clamp(real / scale_out + zero_out, -128.0, 127.0);
             CHECK(std::abs(result[static_cast<std::size_t>(i)] - level) <= 0.5 + 1e-6);  // rounded once
         }
@@ -367,7 +409,8 @@ TEST_CASE("concat, permute and pad move levels where the shapes say") {
     const std::int8_t first[] = {1, 2, 3, /**/ 4, 5, 6};
     const std::int8_t second[] = {10, 11, 12, 13, 14, 15, /**/ 20, 21, 22, 23, 24, 25};
     std::int8_t plus_one[fw::lookup_table_size];
-    for (int level = -128; level < 128; ++level) plus_one[level + 128] = static_cast<std::int8_t>(std::min(level + 1, 127));
+    for (int level = -128; level < 128; ++level)
+        plus_one[level + 128] = static_cast<std::int8_t>(std::min(level + 1, 127));
     const fw::concat_params along_height{2, 2, {3, 6}, {nullptr, plus_one}};
     const std::int8_t* const parts[] = {first, second};
     std::int8_t joined[18];

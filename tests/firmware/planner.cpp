@@ -38,7 +38,8 @@ bool safe_by_simulation(fw::shape in, fw::shape out, fw::window w, std::ptrdiff_
     for (int c = 0; c < out.channels; ++c)
         for (int k = 0; k < out.plane(); ++k, ++step) {
             const std::ptrdiff_t address = c * out.plane() + k - lag;  // relative to the input's start
-            if (address >= 0 && address < in.elements() && last_read[static_cast<std::size_t>(address)] > step) return false;
+            if (address >= 0 && address < in.elements() && last_read[static_cast<std::size_t>(address)] > step)
+                return false;
         }
     return true;
 }
@@ -125,7 +126,8 @@ random_graph make_graph(std::mt19937& random) {
                 if (t != from && g.tensors[static_cast<std::size_t>(t)] == in && between(0, 1) == 0) other = t;
             if (other < 0) continue;
             g.tensors.push_back(in);
-            g.layers.push_back(fw::layer_of(fw::add_params{in.elements(), 0, 0, 0, 0, 0, 13, {}}, in, from, other, out));
+            g.layers.push_back(
+                fw::layer_of(fw::add_params{in.elements(), 0, 0, 0, 0, 0, 13, {}}, in, from, other, out));
         } else if (kind == 5) {  // flatten
             g.tensors.push_back({in.elements(), 1, 1});
             g.layers.push_back(fw::flatten_layer(in, from, out));
@@ -201,7 +203,8 @@ lifetime_table lifetimes(const random_graph& g, int output) {
 
 }  // namespace
 
-TEST_CASE("random graphs: live tensors never share bytes except by the in-place rule; live-set bound <= arena <= greedy") {
+TEST_CASE(
+    "random graphs: live tensors never share bytes except by the in-place rule; live-set bound <= arena <= greedy") {
     std::mt19937 random(21);
     int graphs = 0, at_bound = 0, below_greedy = 0, in_place_layers = 0, with_scratch = 0;
     for (int n = 0; n < 3000; ++n) {
@@ -220,21 +223,25 @@ TEST_CASE("random graphs: live tensors never share bytes except by the in-place 
         CHECK(p.figures.greedy_bytes >= p.figures.lower_bound_bytes);
         for (int a = 0; a < count; ++a) {
             const fw::placement pa = p.at[static_cast<std::size_t>(a)];
-            if (!pa.external) CHECK(pa.offset + g.tensors[static_cast<std::size_t>(a)].bytes() <= p.figures.arena_bytes);
+            if (!pa.external)
+                CHECK(pa.offset + g.tensors[static_cast<std::size_t>(a)].bytes() <= p.figures.arena_bytes);
             for (int b = a + 1; b < count; ++b) {
                 const fw::placement pb = p.at[static_cast<std::size_t>(b)];
                 const bool together = first[static_cast<std::size_t>(a)] <= last[static_cast<std::size_t>(b)] &&
                                       first[static_cast<std::size_t>(b)] <= last[static_cast<std::size_t>(a)];
-                const bool share = pa.external == pb.external && pa.offset < pb.offset + g.tensors[static_cast<std::size_t>(b)].bytes() &&
+                const bool share = pa.external == pb.external &&
+                                   pa.offset < pb.offset + g.tensors[static_cast<std::size_t>(b)].bytes() &&
                                    pb.offset < pa.offset + g.tensors[static_cast<std::size_t>(a)].bytes();
                 if (!together || !share) continue;
-                if (view_root(g, a) == view_root(g, b) && pa.offset == pb.offset) continue;  // the same bytes, read only
+                if (view_root(g, a) == view_root(g, b) && pa.offset == pb.offset)
+                    continue;  // the same bytes, read only
                 // Otherwise b must be written in place over a by the layer that writes b, which is a's last.
                 const fw::layer& l = g.layers[static_cast<std::size_t>(first[static_cast<std::size_t>(b)])];
                 CAPTURE(n); CAPTURE(a); CAPTURE(b);
                 REQUIRE(last[static_cast<std::size_t>(a)] == first[static_cast<std::size_t>(b)]);
                 bool reads_a = false;
-                for (int k = 0; k < l.input_count(); ++k) reads_a = reads_a || view_root(g, l.inputs[k]) == view_root(g, a);
+                for (int k = 0; k < l.input_count(); ++k)
+                    reads_a = reads_a || view_root(g, l.inputs[k]) == view_root(g, a);
                 REQUIRE(reads_a);
                 if (l.alias == fw::aliasing::elementwise) {
                     REQUIRE(pa.offset == pb.offset);
@@ -308,7 +315,8 @@ TEST_CASE("random graphs: the kernels at the planned offsets give what separate 
     std::vector<std::int8_t> weights(1 << 16);
     for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<std::int8_t>(i * 37 % 255 - 127);
     const std::vector<std::int32_t> bias(1 << 12, 100);
-    const std::vector<versatil::math::fixed_point_multiplier> multipliers(1 << 12, versatil::math::quantize_multiplier(0.013));
+    const std::vector<versatil::math::fixed_point_multiplier> multipliers(1 << 12,
+                                                                          versatil::math::quantize_multiplier(0.013));
     for (int n = 0; n < 500; ++n) {
         random_graph g = make_graph(random);
         if (g.layers.empty()) continue;
@@ -324,22 +332,39 @@ TEST_CASE("random graphs: the kernels at the planned offsets give what separate 
         const auto run = [&](const fw::layer& l, const std::int8_t* a, const std::int8_t* b, std::int8_t* out) {
             switch (l.kind) {
                 case fw::layer_kind::conv2d: {
-                    fw::conv2d_params c{l.input_shapes[0], l.output_shape, {}, 1, 3, -2, {}, weights.data(), bias.data(), multipliers.data()};
+                    fw::conv2d_params c{l.input_shapes[0], l.output_shape,    {}, 1, 3, -2, {}, weights.data(),
+                                        bias.data(),       multipliers.data()};
                     // Recover the window from the shapes: the generator uses these few.
-                    for (int kh = 1; kh <= 3; ++kh) for (int kw = 1; kw <= 3; ++kw) for (int sh = 1; sh <= 2; ++sh) for (int sw = 1; sw <= 2; ++sw)
-                        for (int ph = 0; ph <= 1; ++ph) for (int pw = 0; pw <= 1; ++pw) {
-                            const fw::window w{kh, kw, sh, sw, ph, pw, 1, 1};
-                            if (fw::output_shape(l.input_shapes[0], w, l.output_shape.channels) == l.output_shape &&
-                                (l.alias != fw::aliasing::windowed || fw::in_place_lag(l.input_shapes[0], l.output_shape, w) == l.lag)) c.win = w;
-                        }
+                    for (int kh = 1; kh <= 3; ++kh)
+                        for (int kw = 1; kw <= 3; ++kw)
+                            for (int sh = 1; sh <= 2; ++sh)
+                                for (int sw = 1; sw <= 2; ++sw)
+                                    for (int ph = 0; ph <= 1; ++ph)
+                                        for (int pw = 0; pw <= 1; ++pw) {
+                                            const fw::window w{kh, kw, sh, sw, ph, pw, 1, 1};
+                                            if (fw::output_shape(l.input_shapes[0], w, l.output_shape.channels) ==
+                                                    l.output_shape &&
+                                                (l.alias != fw::aliasing::windowed ||
+                                                 fw::in_place_lag(l.input_shapes[0], l.output_shape, w) == l.lag))
+                                                c.win = w;
+                                        }
                     c.groups = l.alias == fw::aliasing::windowed ? l.input_shapes[0].channels : 1;
                     fw::conv2d(c, a, out);
                     break;
                 }
-                case fw::layer_kind::max_pool2d: fw::max_pool2d({l.input_shapes[0], l.output_shape, {2, 2, 2, 2}, {}}, a, out); break;
-                case fw::layer_kind::avg_pool2d: fw::avg_pool2d({l.input_shapes[0], l.output_shape, {3, 3, 1, 1, 1, 1}, true, 0, {}}, a, out); break;
-                case fw::layer_kind::clamp: fw::clamp({l.output_shape.elements(), 0, 0, versatil::math::quantize_multiplier(1.0), {-20, 90}}, a, out); break;
-                case fw::layer_kind::add: fw::add({l.output_shape.elements(), 1, -1, 0, 1 << 21, 1258291, 22, {}}, a, b, out); break;
+                case fw::layer_kind::max_pool2d:
+                    fw::max_pool2d({l.input_shapes[0], l.output_shape, {2, 2, 2, 2}, {}}, a, out);
+                    break;
+                case fw::layer_kind::avg_pool2d:
+                    fw::avg_pool2d({l.input_shapes[0], l.output_shape, {3, 3, 1, 1, 1, 1}, true, 0, {}}, a, out);
+                    break;
+                case fw::layer_kind::clamp:
+                    fw::clamp({l.output_shape.elements(), 0, 0, versatil::math::quantize_multiplier(1.0), {-20, 90}}, a,
+                              out);
+                    break;
+                case fw::layer_kind::add:
+                    fw::add({l.output_shape.elements(), 1, -1, 0, 1 << 21, 1258291, 22, {}}, a, b, out);
+                    break;
                 default: break;  // flatten: a view
             }
         };
@@ -350,12 +375,17 @@ TEST_CASE("random graphs: the kernels at the planned offsets give what separate 
         for (const fw::layer& l : g.layers) {
             const int second = l.input_count() == 2 ? l.inputs[1] : l.inputs[0];
             run(l, at(l.inputs[0]), at(second), at(l.output));
-            if (l.kind == fw::layer_kind::flatten) separate[static_cast<std::size_t>(l.output)] = separate[static_cast<std::size_t>(l.inputs[0])];
-            else run(l, separate[static_cast<std::size_t>(l.inputs[0])].data(), separate[static_cast<std::size_t>(second)].data(), separate[static_cast<std::size_t>(l.output)].data());
+            if (l.kind == fw::layer_kind::flatten)
+                separate[static_cast<std::size_t>(l.output)] = separate[static_cast<std::size_t>(l.inputs[0])];
+            else
+                run(l, separate[static_cast<std::size_t>(l.inputs[0])].data(),
+                    separate[static_cast<std::size_t>(second)].data(),
+                    separate[static_cast<std::size_t>(l.output)].data());
         }
         CAPTURE(n);
-        REQUIRE(std::vector<std::int8_t>(at(output), at(output) + g.tensors[static_cast<std::size_t>(output)].bytes()) ==
-                separate[static_cast<std::size_t>(output)]);
+        REQUIRE(
+            std::vector<std::int8_t>(at(output), at(output) + g.tensors[static_cast<std::size_t>(output)].bytes()) ==
+            separate[static_cast<std::size_t>(output)]);
     }
 }
 
@@ -366,12 +396,14 @@ TEST_CASE("known plans: chains reach the bound, in-place depthwise costs its lag
     const fw::conv2d_params pw = conv({8, 28, 28}, {4, 28, 28});
     const fw::shape tensors[] = {{1, 28, 28}, {8, 28, 28}, {8, 28, 28}, {8, 28, 28}, {4, 28, 28}};
     const fw::layer layers[] = {fw::layer_of(c0, 0, 1), fw::layer_of(dw, 1, 2),
-                                fw::layer_of(fw::clamp_params{8 * 784, 0, 0, {}, {}}, tensors[2], 2, 3), fw::layer_of(pw, 3, 4)};
+                                fw::layer_of(fw::clamp_params{8 * 784, 0, 0, {}, {}}, tensors[2], 2, 3),
+                                fw::layer_of(pw, 3, 4)};
     const auto plan = fw::plan_arena(tensors, layers, 0, 4);
     CHECK(plan.tensors[0].external);
     CHECK(plan.figures.lower_bound_bytes == 8 * 784 + 4 * 784);  // the pointwise layer: its input and output
     CHECK(plan.figures.arena_bytes == plan.figures.lower_bound_bytes);
-    CHECK(plan.tensors[2].offset + 29 == plan.tensors[1].offset);  // depthwise output W + 1 = 29 levels before its input
+    CHECK(plan.tensors[2].offset + 29 ==
+          plan.tensors[1].offset);  // depthwise output W + 1 = 29 levels before its input
     CHECK(plan.tensors[3].offset == plan.tensors[2].offset);       // the clamp over the depthwise output
     CHECK(plan.figures.greedy_bytes == 2 * 8 * 784);                // no in-place: two 8x28x28 tensors at once
 
@@ -380,8 +412,9 @@ TEST_CASE("known plans: chains reach the bound, in-place depthwise costs its lag
     const fw::shape skip_tensors[] = {{1, 8, 8}, {4, 8, 8}, {4, 8, 8}, {4, 8, 8}};
     const fw::conv2d_params a = conv({1, 8, 8}, {4, 8, 8}, {3, 3, 1, 1, 1, 1, 1, 1});
     const fw::conv2d_params b = conv({4, 8, 8}, {4, 8, 8}, {3, 3, 1, 1, 1, 1, 1, 1}, 4);
-    const fw::layer skip_layers[] = {fw::layer_of(a, 0, 1), fw::layer_of(b, 1, 2),
-                                     fw::layer_of(fw::add_params{256, 0, 0, 0, 0, 0, 13, {}}, skip_tensors[1], 2, 1, 3)};
+    const fw::layer skip_layers[] = {
+        fw::layer_of(a, 0, 1), fw::layer_of(b, 1, 2),
+        fw::layer_of(fw::add_params{256, 0, 0, 0, 0, 0, 13, {}}, skip_tensors[1], 2, 1, 3)};
     const auto skip = fw::plan_arena(skip_tensors, skip_layers, 0, 3);
     CHECK(skip.tensors[1].offset != skip.tensors[2].offset);
     CHECK(skip.tensors[3].offset == skip.tensors[2].offset);  // into the first input, which dies at the add

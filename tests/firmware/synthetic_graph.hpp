@@ -109,11 +109,14 @@ private:
         std::uniform_int_distribution<int> weight(-127, 127);
         std::uniform_real_distribution<double> scale(0.002, 0.02);
         std::normal_distribution<float> bias_value(0.0F, 1.0F);
-        for (int i = 0; i < out_channels * per_channel; ++i) op.weights.push_back(static_cast<std::int8_t>(weight(random_)));
+        for (int i = 0; i < out_channels * per_channel; ++i)
+            op.weights.push_back(static_cast<std::int8_t>(weight(random_)));
         for (int c = 0; c < out_channels; ++c) {
             op.weight_scales.push_back(scale(random_));
             // Biases of the size of a few accumulator steps, so they matter.
-            if (bias) op.bias.push_back(bias_value(random_) * static_cast<float>(input_scale * op.weight_scales.back() * 2000.0));
+            if (bias)
+                op.bias.push_back(bias_value(random_) *
+                                  static_cast<float>(input_scale * op.weight_scales.back() * 2000.0));
         }
     }
 
@@ -142,8 +145,8 @@ inline integer_graph graph(unsigned seed, int input_channels = 1) {
     x = b.add("features.3.add", y, x, true);                                                         // residual
     x = b.conv("features.4", x, 16, {3, 3, 2, 2, 1, 1, 1, 1}, 1, false);                            // {16, 7, 7}
     x = b.clamp("features.4.relu", x, 0.0, INFINITY);                                                // folded
-    int z = b.conv("features.5.dilated", x, 16, {3, 3, 1, 1, 2, 2, 2, 2}, 16, true);                 // depthwise, dilation 2
-    z = b.conv("features.5.grouped", z, 16, {3, 1, 1, 1, 1, 0, 1, 1}, 4, false, false);              // groups 4, no bias
+    int z = b.conv("features.5.dilated", x, 16, {3, 3, 1, 1, 2, 2, 2, 2}, 16, true);     // depthwise, dilation 2
+    z = b.conv("features.5.grouped", z, 16, {3, 1, 1, 1, 1, 0, 1, 1}, 4, false, false);  // groups 4, no bias
     const auto& g = b.graph.tensors[static_cast<std::size_t>(z)];
     const int standing = b.clamp("features.5.hardtanh", z, -30 * g.scale, 50 * g.scale, g.scale * 0.7, 5);  // rescales
     x = b.add("features.5.add", standing, x, false);

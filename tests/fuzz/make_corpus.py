@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes the seed corpus (run once; the files are committed): small TorchScript models with
 and without versatil metadata, data files, and broken variants, for fuzz_model_file; paths and
-target specs for the core's fuzzers. Needs Debian's python3-torch (/usr/bin/python3). Usage: make_corpus.py CORPUS_DIR"""
+target specs for the core's fuzzers. Needs Debian's python3-torch (/usr/bin/python3).
+Usage: make_corpus.py CORPUS_DIR"""
 import io
 import json
 import struct

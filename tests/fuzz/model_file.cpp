@@ -58,7 +58,8 @@ const std::filesystem::path& scratch_file() {
 
 void count_outcome(int loader, const std::string& outcome) {
     std::string text = outcome;
-    for (std::size_t at = text.find(scratch_file().string()); at != std::string::npos; at = text.find(scratch_file().string()))
+    for (std::size_t at = text.find(scratch_file().string()); at != std::string::npos;
+         at = text.find(scratch_file().string()))
         text.erase(at, scratch_file().string().size());
     const std::size_t bucket = std::hash<std::string>{}(std::to_string(loader) + text.substr(0, 120));
     ++outcome_counters[bucket % sizeof outcome_counters];

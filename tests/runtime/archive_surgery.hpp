@@ -31,7 +31,8 @@ inline void overwrite(std::string& bytes, std::size_t at, std::uint64_t value, s
 
 // The offset of the central-directory entry of the record whose name ends with `suffix`.
 inline std::size_t central_entry(const std::string& archive, std::string_view suffix) {
-    for (std::size_t at = archive.find("PK\x01\x02"); at != std::string::npos; at = archive.find("PK\x01\x02", at + 1)) {
+    for (std::size_t at = archive.find("PK\x01\x02"); at != std::string::npos;
+         at = archive.find("PK\x01\x02", at + 1)) {
         const auto name_length = static_cast<std::size_t>(static_cast<unsigned char>(archive.at(at + 28)) |
                                                           static_cast<unsigned char>(archive.at(at + 29)) << 8);
         if (std::string_view(archive).substr(at + 46, name_length).ends_with(suffix)) return at;

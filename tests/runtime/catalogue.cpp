@@ -41,7 +41,8 @@ TEST_CASE("a spec names a backend and its options in any order") {
     CHECK(*parse_backend_spec("cortex_m:per_tensor") == &descriptor_of<CortexM<per_tensor>>);
     CHECK(*parse_backend_spec("cortex_m:qat") == &descriptor_of<CortexM<qat>>);
     CHECK(*parse_backend_spec("cortex_m:per_tensor,qat") == &descriptor_of<CortexM<qat, per_tensor>>);
-    CHECK(*parse_backend_spec("cortex_m:calibration=entropy") == &descriptor_of<CortexM<calibration<calibration_method::entropy>>>);
+    CHECK(*parse_backend_spec("cortex_m:calibration=entropy") ==
+          &descriptor_of<CortexM<calibration<calibration_method::entropy>>>);
     CHECK(*parse_backend_spec("cortex_m:calibration=auto,per_tensor") ==
           &descriptor_of<CortexM<calibration<calibration_method::automatic>, per_tensor>>);
     // The descriptor carries the policy's real config: options change what happens.
@@ -78,7 +79,8 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
           "option 'calibration' needs a method, calibration=METHOD in 'xnnpack:cle,calibration' (methods: minmax, "
           "moving_minmax, histogram, percentile, entropy, auto, output)");
     CHECK(parse_error("xnnpack:calibration=auto,calibration=auto").starts_with("more than one calibration method"));
-    CHECK(parse_error("x86_inductor:qat,calibration=minmax").starts_with("options 'calibration' and 'qat' do not combine"));
+    CHECK(parse_error("x86_inductor:qat,calibration=minmax")
+              .starts_with("options 'calibration' and 'qat' do not combine"));
     CHECK(parse_error("x86_inductor:per_tensor")
               .find("x86_inductor accepts: dynamic qat reduce_range cle bias_correction") != std::string::npos);
     CHECK(parse_error("xnnpack:dynamic,dynamic") == "option 'dynamic' given twice in 'xnnpack:dynamic,dynamic'");
@@ -88,13 +90,15 @@ TEST_CASE("bad specs are rejected with what is wrong and what would be right") {
 }
 
 TEST_CASE("bias correction with dynamic quantization or QAT is rejected with the rule") {
-    CHECK(parse_error("xnnpack:dynamic,bias_correction") ==
-          "options 'bias_correction' and 'dynamic' do not combine in 'xnnpack:dynamic,bias_correction': bias correction "
-          "is measured on calibration data, and dynamic quantization takes none (its activation ranges are taken at "
-          "run time)");
+    CHECK(
+        parse_error("xnnpack:dynamic,bias_correction") ==
+        "options 'bias_correction' and 'dynamic' do not combine in 'xnnpack:dynamic,bias_correction': bias correction "
+        "is measured on calibration data, and dynamic quantization takes none (its activation ranges are taken at "
+        "run time)");
     CHECK(parse_error("x86_inductor:cle,qat,bias_correction")
-              .starts_with("options 'bias_correction' and 'qat' do not combine in 'x86_inductor:cle,qat,bias_correction': "
-                           "quantization-aware training learns its biases"));
+              .starts_with(
+                  "options 'bias_correction' and 'qat' do not combine in 'x86_inductor:cle,qat,bias_correction': "
+                  "quantization-aware training learns its biases"));
 }
 
 TEST_CASE("gptq with dynamic quantization or QAT is rejected with the rule") {

@@ -58,7 +58,8 @@ constexpr std::array<environment_assignment, 2> two{{{"VERSATIL_TEST_A", "1"}, {
 
 }  // namespace
 
-static_assert(!std::is_copy_constructible_v<scoped_environment<>> && !std::is_move_constructible_v<scoped_environment<>>);
+static_assert(!std::is_copy_constructible_v<scoped_environment<>> &&
+              !std::is_move_constructible_v<scoped_environment<>>);
 static_assert(!std::is_copy_assignable_v<scoped_environment<null_environment, 2>>);
 
 TEST_CASE("a scope sets each variable and restores the previous value when it ends") {

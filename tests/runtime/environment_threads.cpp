@@ -32,7 +32,8 @@ constexpr std::array<environment_assignment, 1> second_value{{{"VERSATIL_TEST_SH
 TEST_CASE("two threads whose scopes on one variable close out of order leave it as it was") {
     // Deterministic interleaving: A opens, B opens, A closes, B closes. Saving "the value
     // on entry" and writing it back on exit would end with A's value ("first") left behind.
-    for (const std::optional<std::string>& original : {std::optional<std::string>("original"), std::optional<std::string>()}) {
+    for (const std::optional<std::string>& original :
+         {std::optional<std::string>("original"), std::optional<std::string>()}) {
         CAPTURE(original.value_or("(unset)"));
         const variable_fixture shared("VERSATIL_TEST_SHARED", original);
         std::barrier step(2);

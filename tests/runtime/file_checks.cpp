@@ -70,7 +70,8 @@ TEST_CASE("a broken zip layout is named before anything is allocated for it") {
         const char* expected;
     };
     for (const broken& edit : {
-             broken{"stored size larger than its bytes", data_pickle + 24, 4, 0x7fffffff, "is stored with 354 bytes but declares 2147483647"},
+             broken{"stored size larger than its bytes", data_pickle + 24, 4, 0x7fffffff,
+                    "is stored with 354 bytes but declares 2147483647"},
              broken{"deflated size no stream reaches", source + 24, 4, 0x7fffffff, "more than deflate can produce"},
              broken{"compressed size past the data", source + 20, 4, 1 << 20, "runs past the end of the data"},
              broken{"local header offset", data_pickle + 42, 4, 3, "has no local header at offset 3"},

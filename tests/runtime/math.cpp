@@ -56,7 +56,8 @@ TEST_CASE("affine qparams represent zero exactly and cover the observed range") 
     }
 }
 
-TEST_CASE("fixed-point requantization, rounded twice or once, is off the real product by no more than its roundings allow") {
+TEST_CASE(
+    "fixed-point requantization, rounded twice or once, is off the real product by no more than its roundings allow") {
     std::mt19937 random(5);
     // Log-uniform multipliers from 2^-20 to 8: every shift from -20 to 3, both code paths.
     std::uniform_real_distribution<double> log2_multiplier(-20.0, 3.0);

@@ -162,7 +162,8 @@ static_assert(only_steps_differ<XNNPACK<dynamic, per_tensor, cle>, XNNPACK<dynam
 static_assert(only_steps_differ<X86Inductor<qat, cle>, X86Inductor<qat>>(true, false));
 static_assert(only_steps_differ<X86Inductor<gptq>, X86Inductor<>>(false, false, true));
 static_assert(only_steps_differ<XNNPACK<per_tensor, gptq, cle>, XNNPACK<per_tensor>>(true, false, true));
-static_assert(only_steps_differ<X86Inductor<bias_correction, reduce_range, gptq, cle>, X86Inductor<reduce_range>>(true, true, true));
+static_assert(only_steps_differ<X86Inductor<bias_correction, reduce_range, gptq, cle>, X86Inductor<reduce_range>>(
+    true, true, true));
 static_assert(!X86Inductor<>::config.cross_layer_equalization && !X86Inductor<>::config.bias_correction &&
               !X86Inductor<>::config.gptq);
 static_assert(X86Inductor<gptq, cle, bias_correction>::options == "cle,bias_correction,gptq");
@@ -191,26 +192,30 @@ constexpr bool only_activation_observers_differ(observer_kind observer) {
 }
 using cm = calibration_method;
 static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::minmax>>, XNNPACK<>>(observer_kind::min_max));
-static_assert(only_activation_observers_differ<XNNPACK<per_tensor, calibration<cm::moving_minmax>>, XNNPACK<per_tensor>>(
-    observer_kind::moving_average_min_max));
+static_assert(only_activation_observers_differ<XNNPACK<per_tensor, calibration<cm::moving_minmax>>,
+                                               XNNPACK<per_tensor>>(observer_kind::moving_average_min_max));
 static_assert(only_activation_observers_differ<X86Inductor<calibration<cm::percentile>>, X86Inductor<>>(
     observer_kind::histogram_percentile));
-static_assert(only_activation_observers_differ<X86Inductor<reduce_range, calibration<cm::entropy>>, X86Inductor<reduce_range>>(
-    observer_kind::histogram_entropy));
-static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::automatic>, cle>, XNNPACK<cle>>(observer_kind::histogram_auto));
+static_assert(only_activation_observers_differ<X86Inductor<reduce_range, calibration<cm::entropy>>,
+                                               X86Inductor<reduce_range>>(observer_kind::histogram_entropy));
+static_assert(only_activation_observers_differ<XNNPACK<calibration<cm::automatic>, cle>, XNNPACK<cle>>(
+    observer_kind::histogram_auto));
 // histogram is the backends' own default: naming it changes the spelling, not the config.
 static_assert(XNNPACK<calibration<cm::histogram>>::config == XNNPACK<>::config);
-static_assert(calibration_of(XNNPACK<>::config) == cm::histogram && calibration_of(X86Inductor<>::config) == cm::histogram);
+static_assert(calibration_of(XNNPACK<>::config) == cm::histogram &&
+              calibration_of(X86Inductor<>::config) == cm::histogram);
 static_assert(!calibration_of(XNNPACK<dynamic>::config) && !calibration_of(X86Inductor<qat>::config));
-static_assert(X86Inductor<calibration<cm::automatic>, bias_correction, cle>::options == "cle,bias_correction,calibration=auto");
+static_assert(X86Inductor<calibration<cm::automatic>, bias_correction, cle>::options ==
+              "cle,bias_correction,calibration=auto");
 // At most one method, and only where activations are calibrated (compile_fail/option_calibration_*.cpp).
 static_assert(options_combine<calibration<cm::entropy>, cle, bias_correction, per_tensor>);
-static_assert(!options_combine<calibration<cm::entropy>, calibration<cm::minmax>> && !options_combine<dynamic, calibration<cm::minmax>> &&
-              !options_combine<qat, calibration<cm::automatic>>);
+static_assert(!options_combine<calibration<cm::entropy>, calibration<cm::minmax>> &&
+              !options_combine<dynamic, calibration<cm::minmax>> && !options_combine<qat, calibration<cm::automatic>>);
 static_assert(parse_calibration_method("auto") == cm::automatic && !parse_calibration_method("kl"));
 // cortex_m calibrates on the host like xnnpack (its activation scheme): the same methods, the
 // same default, the same refusals (compile_fail/cortex_m_calibration_qat.cpp).
-static_assert(only_activation_observers_differ<CortexM<calibration<cm::entropy>>, CortexM<>>(observer_kind::histogram_entropy));
+static_assert(
+    only_activation_observers_differ<CortexM<calibration<cm::entropy>>, CortexM<>>(observer_kind::histogram_entropy));
 static_assert(only_activation_observers_differ<CortexM<per_tensor, calibration<cm::minmax>>, CortexM<per_tensor>>(
     observer_kind::min_max));
 static_assert(CortexM<calibration<cm::histogram>>::config == CortexM<>::config);
@@ -226,7 +231,8 @@ static_assert(CortexM<>::is_per_channel && !CortexM<per_tensor>::is_per_channel)
 static_assert(CortexM<>::supported_device_types == device_set{device_type::mcu});
 static_assert((CortexM<>::supported_device_types & XNNPACK<>::supported_device_types).empty());
 static_assert(CortexM<>::environment.empty());
-static_assert(CortexM<per_tensor, qat>::options == "qat,per_tensor" && CortexM<qat, per_tensor>::options == "qat,per_tensor");
+static_assert(CortexM<per_tensor, qat>::options == "qat,per_tensor" &&
+              CortexM<qat, per_tensor>::options == "qat,per_tensor");
 static_assert(CortexM<per_tensor, qat>::config == CortexM<qat, per_tensor>::config);
 
 constexpr quantization_spec cortex_m_activation(bool qat) {

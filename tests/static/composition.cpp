@@ -43,7 +43,8 @@ static_assert(bad_path.rule == path_must_be_valid && bad_path.first == 1 &&
 static_assert(check(std::array<target_info, 0>{}).rule == needs_a_quantizing_target);
 static_assert(check(std::array<target_info, 1>{{{"a", nullptr}}}).rule == needs_a_quantizing_target);
 
-constexpr composition_check nested = check(std::array<target_info, 3>{{{"x", xnn}, {"encoder", xnn}, {"encoder.block0", x86}}});
+constexpr composition_check nested =
+    check(std::array<target_info, 3>{{{"x", xnn}, {"encoder", xnn}, {"encoder.block0", x86}}});
 static_assert(nested.rule == targets_must_not_overlap && nested.first == 1 && nested.second == 2);
 static_assert(check(std::array<target_info, 2>{{{"a", xnn}, {"a", xnn}}}).rule == targets_must_not_overlap);
 static_assert(check(std::array<target_info, 2>{{{"", xnn}, {"a", xnn}}}).rule == targets_must_not_overlap);
@@ -69,7 +70,8 @@ static_assert(environment);  // one backend twice agrees with itself
 struct freezing_off : cuda_only {
     static constexpr device_set supported_device_types{device_type::cpu, device_type::cuda};
 };
-constexpr composition_check conflict = check(std::array<target_info, 2>{{{"a", x86}, {"b", &descriptor_of<freezing_off>}}});
+constexpr composition_check conflict =
+    check(std::array<target_info, 2>{{{"a", x86}, {"b", &descriptor_of<freezing_off>}}});
 static_assert(conflict.rule == environments_must_agree && conflict.variable == "TORCHINDUCTOR_FREEZING");
 
 // Queries.
@@ -86,5 +88,6 @@ constexpr int distinct_assignments(auto targets) {
     return count;
 }
 static_assert(distinct_assignments(std::array<target_info, 3>{{{"a", x86}, {"b", x86}, {"c", xnn}}}) == 2);
-static_assert(distinct_assignments(std::array<target_info, 2>{{{"a", x86}, {"b", &descriptor_of<X86Inductor<reduce_range>>}}}) == 2);
+static_assert(distinct_assignments(std::array<target_info, 2>{
+                  {{"a", x86}, {"b", &descriptor_of<X86Inductor<reduce_range>>}}}) == 2);
 }  // namespace

@@ -15,7 +15,8 @@ static_assert(device_set{}.empty() && device_set{}.size() == 0);
 static_assert(cpu_cuda.size() == 2 && device_set::all().size() == all_device_types.size());
 static_assert(device_set{cpu, cpu} == device_set{cpu});
 static_assert(!(cpu_cuda == cuda_xpu));
-static_assert(to_string(cpu) == "cpu" && to_string(cuda) == "cuda" && to_string(mps) == "mps" && to_string(xpu) == "xpu");
+static_assert(to_string(cpu) == "cpu" && to_string(cuda) == "cuda" && to_string(mps) == "mps" &&
+              to_string(xpu) == "xpu");
 static_assert(parse_device_type("xpu") == xpu && !parse_device_type("tpu"));
 static_assert(to_string(mcu) == "mcu" && parse_device_type("mcu") == mcu && device_set::all().contains(mcu));
 

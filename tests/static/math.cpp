@@ -91,13 +91,17 @@ static_assert(multiply_by_quantized_multiplier(-1000, quantize_multiplier(0.25))
 static_assert(multiply_by_quantized_multiplier(1 << 30, quantize_multiplier(4.0)) == INT32_MAX);  // saturates
 // Single rounding (TFLite Micro's TFLITE_SINGLE_ROUNDING): x * multiplier * 2^(shift - 31)
 // rounded once, ties toward +infinity, saturated.
-constexpr auto once = [](std::int32_t x, fixed_point_multiplier m) { return multiply_by_quantized_multiplier_single_rounding(x, m); };
+constexpr auto once = [](std::int32_t x, fixed_point_multiplier m) {
+    return multiply_by_quantized_multiplier_single_rounding(x, m);
+};
 static_assert(once(1000, quantize_multiplier(0.5)) == 500 && once(-1000, quantize_multiplier(0.25)) == -250);
 static_assert(once(1000, quantize_multiplier(0.001)) == 1 && once(0, quantize_multiplier(0.3)) == 0);
 static_assert(once(5, quantize_multiplier(0.5)) == 3 && once(-5, quantize_multiplier(0.5)) == -2);  // ties up
 // 6 * 0.375 = 2.25: one rounding gives 2; two roundings give round(round(6 * 0.75) / 2) = round(2.5) = 3.
-static_assert(once(6, quantize_multiplier(0.375)) == 2 && multiply_by_quantized_multiplier(6, quantize_multiplier(0.375)) == 3);
-static_assert(once(1 << 30, quantize_multiplier(4.0)) == INT32_MAX && once(-(1 << 30), quantize_multiplier(4.0)) == INT32_MIN);
+static_assert(once(6, quantize_multiplier(0.375)) == 2 &&
+              multiply_by_quantized_multiplier(6, quantize_multiplier(0.375)) == 3);
+static_assert(once(1 << 30, quantize_multiplier(4.0)) == INT32_MAX &&
+              once(-(1 << 30), quantize_multiplier(4.0)) == INT32_MIN);
 // The ends of the shift range [-31, 30] hold the 64-bit sum without overflow.
 static_assert(once(INT32_MIN, {INT32_MIN, 30}) == INT32_MAX);
 static_assert(once(INT32_MAX, {INT32_MAX, -31}) == 1 && once(INT32_MIN, {INT32_MAX, -31}) == -1);

@@ -25,7 +25,8 @@ static_assert(!contains("encoder", "encoder2") && !contains("encoder", "encode")
 static_assert(!contains("layers.1", "layers.10"));
 
 // overlaps: same path, either is the whole model, or nested either way.
-static_assert(overlaps("a", "a") && overlaps("", "a") && overlaps("a", "") && overlaps("a", "a.b") && overlaps("a.b", "a"));
+static_assert(overlaps("a", "a") && overlaps("", "a") && overlaps("a", "") && overlaps("a", "a.b") &&
+              overlaps("a.b", "a"));
 static_assert(!overlaps("a", "b") && !overlaps("a.b", "a.c") && !overlaps("layers.1", "layers.10"));
 
 static_assert(depth("") == 0 && depth("a") == 1 && depth("a.0.b") == 3);

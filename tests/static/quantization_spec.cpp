@@ -13,7 +13,8 @@ constexpr quantization_spec with(quantization_spec spec, auto change) {
     return spec;
 }
 
-static_assert(first_violated_rule(with(valid, [](auto& s) { s.quant_min = 255; })) == quant_min_must_be_below_quant_max);
+static_assert(first_violated_rule(with(valid, [](auto& s) { s.quant_min = 255; })) ==
+              quant_min_must_be_below_quant_max);
 static_assert(first_violated_rule(with(valid, [](auto& s) { s.quant_max = 256; })) == range_must_fit_dtype);
 static_assert(first_violated_rule(with(valid, [](auto& s) { s.quant_min = -1; })) == range_must_fit_dtype);
 static_assert(first_violated_rule(with(valid, [](auto& s) { s.dtype = dtype::int8; })) == range_must_fit_dtype);
