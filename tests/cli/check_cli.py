@@ -97,7 +97,8 @@ def check_torch_save_data(d, model, data):
               "class Hostile:\n"
               "    def __reduce__(self): return (os.system, ('touch ' + d + '/hostile_ran',))\n"
               "torch.save({'calib': Hostile()}, d + '/hostile_data.pt')\n"
-              "torch.save(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), d + '/pickled_model.pt')\n")
+              "torch.save(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)),\n"
+              "           d + '/pickled_model.pt')\n")
     (d / "make_saved.py").write_text(script)
     subprocess.run(["/usr/bin/python3", d / "make_saved.py", d, data], check=True, timeout=300)
     reports = {}
@@ -283,7 +284,8 @@ def check_runs(d):
     # less than 0.35 dB). The figure is the library's own, so this guards the CLI's path against a
     # change (an option dropped on the way, a layer left float); tests/torch/metrics.cpp checks the
     # SQNR computation on hand-worked tensors.
-    kept_float = [a["module"] for a in report.get("adjustments", []) if "output the model returns kept in float" in a["change"]]
+    kept_float = [a["module"] for a in report.get("adjustments", [])
+                  if "output the model returns kept in float" in a["change"]]
     if (report["quantized_ops"], report["quantizable_ops"]) != (3, 4) or kept_float != ["classifier.fc2"] \
             or report["sqnr_db"] is None or report["sqnr_db"] < 39.2:
         failures.append(f"default run quantized poorly: {report['quantized_ops']}/{report['quantizable_ops']} ops, "
@@ -294,7 +296,8 @@ def check_runs(d):
 
     run("--target", "features=xnnpack", "--target", "classifier=xnnpack:per_tensor", "--target",
         "classifier.fc2=none", "--no-per-layer", expect_text="classifier.fc2")
-    run("--target", "=xnnpack:dynamic", "--batch", "4", "--threads", "2", "--no-per-layer", expect_text="batch 4, 2 threads")
+    run("--target", "=xnnpack:dynamic", "--batch", "4", "--threads", "2", "--no-per-layer",
+        expect_text="batch 4, 2 threads")
 
     model, data = fashion_mnist_files(d)
     out = run("--model", model, "--data", data, "--target", "=xnnpack", "--report", d / "fm.json", "--out",
@@ -310,8 +313,8 @@ def check_runs(d):
         d / "steps.json", "--no-per-layer", expect_text="xnnpack:per_tensor,cle,bias_correction")
     steps = json.loads((d / "steps.json").read_text())
     changes = " | ".join(a["change"] for a in steps["adjustments"])
-    if steps["targets"][0]["options"] != "per_tensor,cle,bias_correction" or "cle: weight ranges equalized" not in changes \
-            or "bias correction: " not in changes:
+    if steps["targets"][0]["options"] != "per_tensor,cle,bias_correction" \
+            or "cle: weight ranges equalized" not in changes or "bias correction: " not in changes:
         failures.append(f"cle,bias_correction run: options {steps['targets'][0]['options']!r}, changes: {changes}")
     # AdaRound: the report says it was used, and each layer's output error before and after.
     run("--model", model, "--data", data, "--target", "=xnnpack:adaround", "--report", d / "adaround.json",
@@ -324,7 +327,8 @@ def check_runs(d):
     run("--model", model, "--data", data, "--target", "=xnnpack:calibration=entropy", "--report",
         d / "entropy.json", "--no-per-layer", expect_text="(calibration: entropy)")
     entropy = json.loads((d / "entropy.json").read_text())
-    if entropy["targets"][0]["calibration"] != "entropy" or fm_default_calibration(d / "fm.json") != "histogram (default)":
+    if entropy["targets"][0]["calibration"] != "entropy" \
+            or fm_default_calibration(d / "fm.json") != "histogram (default)":
         failures.append(f"calibration run: {entropy['targets'][0]}")
     fm = json.loads((d / "fm.json").read_text())
     if fm["float_accuracy"] is None or fm["quantized_accuracy"] is None:
@@ -399,7 +403,8 @@ def check_refusals(d):
     (d / "corrupt.pt").write_bytes(model.read_bytes()[: model.stat().st_size // 2])
     run("--model", d / "corrupt.pt", "--data", data, expect_status=2, expect_text="not a readable TorchScript archive")
     (d / "corrupt_data.pt").write_bytes(b"\x00garbage")
-    run("--model", model, "--data", d / "corrupt_data.pt", expect_status=2, expect_text="not a readable TorchScript archive")
+    run("--model", model, "--data", d / "corrupt_data.pt", expect_status=2,
+        expect_text="not a readable TorchScript archive")
     # The fuzzer's finding: an intact archive whose pickle names memo entry 1.6 billion (LibTorch
     # would allocate 26 GB for it), as model and as data; the file is read, never changed.
     lying = Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "model_file" / "memo_index_26gb.pt"
@@ -445,8 +450,9 @@ def check_refusals(d):
     # runs it with every projection quantized: the control, so the failure is the configuration's.
     encoder = python_model("encoder.pt", ENCODER_SOURCE, "Encoder")
     run("--model", encoder, "--data", data, "--target", "=xnnpack:dynamic", "--no-per-layer", expect_text="output SQNR")
-    run("--model", encoder, "--data", data, "--target", "=xnnpack:dynamic", "--target", "encoder.0.self_attn.q_proj=none",
-        "--no-per-layer", "--out", d / "lowering.pt", "--report", d / "lowering.json", expect_status=1,
+    run("--model", encoder, "--data", data, "--target", "=xnnpack:dynamic", "--target",
+        "encoder.0.self_attn.q_proj=none", "--no-per-layer", "--out", d / "lowering.pt", "--report",
+        d / "lowering.json", expect_status=1,
         expect_text="error (lowering_failed): the qnnpack engine cannot run the lowered model")
     if (d / "lowering.pt").exists() or (d / "lowering.json").exists():
         failures.append("a lowering failure left output behind")

@@ -132,11 +132,13 @@ with tempfile.TemporaryDirectory() as scratch:
     scratch = Path(scratch)
     one = scratch / "one"
     one.mkdir()
-    single = subprocess.run([cli, "--no-per-layer", "--report", one / "r.json"], capture_output=True, text=True, timeout=600)
+    single = subprocess.run([cli, "--no-per-layer", "--report", one / "r.json"], capture_output=True, text=True,
+                            timeout=600)
     check(single.returncode == 0, f"one process: exit {single.returncode}\n{single.stderr}")
     single_report = json.loads((one / "r.json").read_text())
     check(single_report["world_size"] == 1 and single_report["samples_per_rank"] == [256],
-          f"one process's report: world_size {single_report['world_size']}, samples {single_report['samples_per_rank']}")
+          f"one process's report: world_size {single_report['world_size']}, "
+          f"samples {single_report['samples_per_rank']}")
 
     for size in sizes:
         report, _ = run_world(f"world{size}", size)
@@ -150,7 +152,8 @@ with tempfile.TemporaryDirectory() as scratch:
         # process's SQNR by 0.7 dB, and holds the merge to 0.1 dB of that spread and of a real
         # model's one-process SQNR. Here, with only 8 batches, the bound is that order effect.
         difference = abs(report["sqnr_db"] - single_report["sqnr_db"])
-        check(difference < 0.5, f"{size} processes: SQNR {report['sqnr_db']} dB vs one process {single_report['sqnr_db']} dB")
+        check(difference < 0.5,
+              f"{size} processes: SQNR {report['sqnr_db']} dB vs one process {single_report['sqnr_db']} dB")
         print(f"ok: {size} processes, SQNR {report['sqnr_db']:.3f} dB vs one process {single_report['sqnr_db']:.3f} dB")
 
     # QAT across processes: every rank trains its slice (64) of each global batch of 64 x N;
@@ -164,7 +167,8 @@ with tempfile.TemporaryDirectory() as scratch:
         check(report["samples_per_rank"] == [640] * size,
               f"QAT, {size} processes: samples per rank {report['samples_per_rank']}, expected {[640] * size}")
         check("trained on 640 samples" in results[1][0], f"QAT, {size} processes: rank 1 said {results[1][0]!r}")
-        print(f"ok: QAT, {size} processes; rank 0's report: world_size {size}, samples per rank {report['samples_per_rank']}")
+        print(f"ok: QAT, {size} processes; rank 0's report: world_size {size}, "
+              f"samples per rank {report['samples_per_rank']}")
 
     # A rank killed mid-training: the other stops at its next exchange, names it, writes nothing.
     # Rank 0's stderr is a terminal, so it draws its training bar: step 1 done means both ranks
@@ -200,7 +204,8 @@ with tempfile.TemporaryDirectory() as scratch:
     _, stderr = finish(alone, "rank 1 never joined: rank 0")
     check(alone.returncode == 2 and "distributed_failure" in stderr and "rank 0 of 2" in stderr
           and "timeout of 3 s" in stderr, f"rank 1 never joined: exit {alone.returncode}\n{stderr}")
-    check(not any(directory.iterdir()), f"rank 1 never joined: rank 0 wrote {sorted(p.name for p in directory.iterdir())}")
+    check(not any(directory.iterdir()),
+          f"rank 1 never joined: rank 0 wrote {sorted(p.name for p in directory.iterdir())}")
     print(f"ok: rank 1 never joined; rank 0: {stderr.strip().splitlines()[-1]}")
 
     # Rank 0 never starts: rank 1 finds no rendezvous to join, gives up after the timeout.
@@ -212,7 +217,8 @@ with tempfile.TemporaryDirectory() as scratch:
         _, stderr = finish(orphan, "rank 0 never started: rank 1")
     check(orphan.returncode == 2 and "distributed_failure" in stderr and "rank 1 of 2" in stderr,
           f"rank 0 never started: rank 1 exit {orphan.returncode}\n{stderr}")
-    check(not any(directory.iterdir()), f"rank 0 never started: rank 1 wrote {sorted(p.name for p in directory.iterdir())}")
+    check(not any(directory.iterdir()),
+          f"rank 0 never started: rank 1 wrote {sorted(p.name for p in directory.iterdir())}")
     print(f"ok: rank 0 never started; rank 1: {stderr.strip().splitlines()[-1]}")
 
     # Rank 1 joins (it says so), then is killed, or hangs (SIGSTOP): rank 0 stops, names the

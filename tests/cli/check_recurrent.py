@@ -47,7 +47,8 @@ MODELS = {
     "lstm_stacked_bidirectional_batch_first": (
         model("LSTM", num_layers=2, bidirectional=True, batch_first=True), True, None),
     "gru": (model("GRU"), True, None),
-    "gru_stacked_bidirectional_batch_first": (model("GRU", num_layers=2, bidirectional=True, batch_first=True), True, None),
+    "gru_stacked_bidirectional_batch_first": (
+        model("GRU", num_layers=2, bidirectional=True, batch_first=True), True, None),
     "lstm_projection": (model("LSTM", proj_size=4), False, "has a projection (proj_size)"),
     "rnn": (model("RNN"), False, "LibTorch 1.13 has no quantized RNN op"),
     "lstm_no_bias": (model("LSTM", bias=False), False, "it has no bias"),

@@ -3,9 +3,10 @@
 make_zoo.py x {x86_inductor, xnnpack} x {static, dynamic}. Each run must end in a report
 (exit 0) whose op counts are the truth and whose SQNR clears its floor (PyTorch's own graph-mode
 figure on the same model, less a margin; see sqnr_floor), or, for the configurations listed in
-EXPECTED_REFUSALS with their reason, in a typed error (exit 2); never a crash, never a backtrace. A few models again with the gptq option,
-whose every quantized layer must be rounded. Every ReLU6 / hardtanh of a saved static model that
-reads a quantized conv, linear or add must read a grid within its own interval.
+EXPECTED_REFUSALS with their reason, in a typed error (exit 2); never a crash, never a backtrace.
+A few models again with the gptq option, whose every quantized layer must be rounded. Every
+ReLU6 / hardtanh of a saved static model that reads a quantized conv, linear or add must read a
+grid within its own interval.
 
 The truth is measured in Python, independently of versatil: the float model's conv/linear ops
 are counted by PyTorch's profiler on one forward (make_zoo.py), and the quantized ops by
@@ -205,7 +206,8 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep, figures, options="",
         if sqnr is not None and not sqnr >= FLOAT_LIKE_DB:
             problems.append(f"SQNR {sqnr:.2f} dB, where the outputs must stay float's ({reason})")
     elif sqnr is None:
-        problems.append(f"no SQNR in the report (identical outputs), where a floor of {floor:.2f} dB applies ({reason})")
+        problems.append(f"no SQNR in the report (identical outputs), where a floor of {floor:.2f} dB applies "
+                        f"({reason})")
     elif not sqnr >= floor:
         problems.append(f"SQNR {sqnr:.2f} dB below its floor {floor:.2f} dB ({reason})")
     if mode == "static":
@@ -215,7 +217,8 @@ def run_case(cli, zoo, entry, backend, mode, scratch, keep, figures, options="",
         rounded = [n for n in notes if n.startswith("gptq: ") and "layer(s) rounded on" in n]
         if not rounded or rounded[0].startswith("gptq: 0 layer(s)"):
             problems.append(f"no gptq note of rounded layers in {notes}")
-        problems += [f"a layer left to nearest rounding: {n}" for n in notes if n.startswith("gptq: rounded to nearest")]
+        problems += [f"a layer left to nearest rounding: {n}" for n in notes
+                     if n.startswith("gptq: rounded to nearest")]
     if per_layer:
         rows = {layer["name"] for layer in report["per_layer"]}
         missing = [m for m in entry["weighted_modules"] if m not in rows]
@@ -268,7 +271,8 @@ def main():
         scratch = Path(scratch_dir)
         zoo = Path(args.zoo) if args.zoo else scratch / "zoo"
         if not args.zoo:
-            command = [sys.executable, str(HERE / "make_zoo.py"), str(zoo)] + (["--only", args.only] if args.only else [])
+            command = [sys.executable, str(HERE / "make_zoo.py"), str(zoo)] + (
+                ["--only", args.only] if args.only else [])
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         keep = Path(args.keep) if args.keep else None
         if keep:
@@ -287,13 +291,16 @@ def main():
         failures, passed = (1, 0) if unlisted else (0, 1)
         cases = [(e, b, m, "", "") for e in entries for b in BACKENDS for m in MODES]
         cases += [(e, "x86_inductor", "static", "gptq", "") for e in entries if e["name"] in GPTQ]
-        cases += [(e, b, m, "", NESTED[e["name"]]) for e in entries if e["name"] in NESTED for b in BACKENDS for m in MODES]
+        cases += [(e, b, m, "", NESTED[e["name"]])
+                  for e in entries if e["name"] in NESTED for b in BACKENDS for m in MODES]
         if "encoder" in [e["name"] for e in entries]:
             problems = check_float64_data(args.cli, zoo, scratch)
-            print(("FAIL " if problems else "ok   ") + "encoder with float64 data" + (": " + "; ".join(problems) if problems else ""))
+            print(("FAIL " if problems else "ok   ") + "encoder with float64 data" +
+                  (": " + "; ".join(problems) if problems else ""))
             failures, passed = (failures + 1, passed) if problems else (failures, passed + 1)
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_case, args.cli, zoo, e, b, m, scratch, keep, figures, o, p) for e, b, m, o, p in cases]
+            futures = [pool.submit(run_case, args.cli, zoo, e, b, m, scratch, keep, figures, o, p)
+                       for e, b, m, o, p in cases]
             for future in futures:
                 label, problems, summary = future.result()
                 if problems:

@@ -81,7 +81,8 @@ def small_resnext():
 
 def small_regnet():
     # torchvision's RegNet (Y variant: squeeze-excitation) with RegNetY-400MF's widths, fewer blocks.
-    params = models.regnet.BlockParams.from_init_params(depth=6, w_0=48, w_a=27.89, w_m=2.09, group_width=8, se_ratio=0.25)
+    params = models.regnet.BlockParams.from_init_params(depth=6, w_0=48, w_a=27.89, w_m=2.09, group_width=8,
+                                                        se_ratio=0.25)
     return models.regnet.RegNet(params)
 
 
@@ -373,7 +374,8 @@ def main():
         elif name == "encoder":
             tokens = lambda x: x[:, 0, ::4, :].contiguous()  # image rows as 16 tokens of 64 features
             entries.append(write(out, name, Encoder(), [tokens(train)], [tokens(test)],
-                                 description="two Block instances of one class: LayerNorm, Linear-GELU-Linear, residual"))
+                                 description="two Block instances of one class: LayerNorm, Linear-GELU-Linear, "
+                                             "residual"))
         elif name == "text":
             generator = torch.Generator().manual_seed(1)
             calib = torch.randint(0, 1000, (CALIBRATION_SAMPLES, 24), generator=generator)
