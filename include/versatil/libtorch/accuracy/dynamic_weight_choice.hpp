@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -111,17 +110,15 @@ inline measured_weight_choice choose_dynamic_weights(const at::Tensor& weight, c
     std::size_t best = 0;
     for (std::size_t i = 1; i < candidates.size(); ++i)
         if (noise[i] < noise[best]) best = i;
-    const auto sqnr = [&](double candidate_noise) {
-        return sqnr_text(candidate_noise > 0.0 ? 10.0 * std::log10(signal / candidate_noise)
-                                               : std::numeric_limits<double>::infinity());
-    };
     std::string others;
     for (std::size_t i = 0; i < candidates.size(); ++i)
         if (i != best)
-            others += (others.empty() ? "" : ", ") + detail::choice_text(candidates[i]) + " " + sqnr(noise[i]);
+            others += (others.empty() ? "" : ", ") + detail::choice_text(candidates[i]) + " " +
+                      sqnr_text(sqnr_db_from(signal, noise[i]));
     const std::string reason = detail::choice_text(candidates[best]) + ": layer output " +
-                               sqnr(noise[best]) + " on " + std::to_string(samples) + " calibration samples under " +
-                               engine_name(at::globalContext().qEngine()) + (others.empty() ? "" : " (" + others + ")");
+                               sqnr_text(sqnr_db_from(signal, noise[best])) + " on " + std::to_string(samples) +
+                               " calibration samples under " + engine_name(at::globalContext().qEngine()) +
+                               (others.empty() ? "" : " (" + others + ")");
     return {candidates[best], reason};
 }
 

@@ -62,8 +62,13 @@ struct output_comparison {
     double sqnr_db = std::numeric_limits<double>::infinity();  // infinite when identical
 };
 
-// Signal-to-quantization-noise ratio of `actual` against `reference`:
-// 10 log10(sum(reference^2) / sum((reference - actual)^2)).
+// Signal-to-quantization-noise ratio from the two energies, sum(reference^2) and
+// sum((reference - actual)^2): 10 log10(signal / noise), infinite where there is no noise.
+inline double sqnr_db_from(double signal, double noise) {
+    return noise > 0.0 ? 10.0 * std::log10(signal / noise) : std::numeric_limits<double>::infinity();
+}
+
+// Signal-to-quantization-noise ratio of `actual` against `reference` (sqnr_db_from).
 inline output_comparison compare_outputs(const at::Tensor& reference, const at::Tensor& actual) {
     const at::Tensor ref = reference.to(at::kDouble), act = actual.to(at::kDouble);
     const at::Tensor difference = (ref - act).abs();
@@ -72,7 +77,7 @@ inline output_comparison compare_outputs(const at::Tensor& reference, const at::
     result.mean_abs_diff = difference.mean().item<double>();
     const double noise = difference.pow(2).sum().item<double>();
     const double signal = ref.pow(2).sum().item<double>();
-    if (noise > 0.0) result.sqnr_db = 10.0 * std::log10(signal / noise);
+    result.sqnr_db = sqnr_db_from(signal, noise);
     return result;
 }
 
