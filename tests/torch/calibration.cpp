@@ -501,18 +501,37 @@ TEST_CASE("calibration=output chooses the range the output needs, where auto cho
         x0 = x0.defined() ? at::cat({x0, b.input(0).select(1, 0)}) : b.input(0).select(1, 0);
     const at::Tensor y = x0.to(at::kDouble) + 0.25;
     const double signal = y.pow(2).sum().item<double>();
+    // Each half too: rows [0, n/2) and [n/2, n) of the scored samples.
+    const std::int64_t half = y.size(0) / 2;
+    const auto half_sqnr = [&](const at::Tensor& yq, std::int64_t begin, std::int64_t end) {
+        const at::Tensor part = y.slice(0, begin, end);
+        return 10.0 * std::log10(part.pow(2).sum().item<double>() /
+                                 (yq.slice(0, begin, end) - part).pow(2).sum().item<double>());
+    };
     std::size_t best = 0;
-    std::vector<double> noise;
+    std::vector<double> noise, first_half, second_half;
     for (const range_candidate& c : choice.candidates) {
         const at::Tensor x0q = at::fake_quantize_per_tensor_affine(x0, c.scale, c.zero_point, quant_min, quant_max);
-        noise.push_back((x0q.to(at::kDouble) * w0 + 0.25 - y).pow(2).sum().item<double>());
+        const at::Tensor yq = x0q.to(at::kDouble) * w0 + 0.25;
+        noise.push_back((yq - y).pow(2).sum().item<double>());
+        first_half.push_back(half_sqnr(yq, 0, half));
+        second_half.push_back(half_sqnr(yq, half, y.size(0)));
         const double by_hand = 10.0 * std::log10(signal / noise.back());
         MESSAGE(c.methods << ": scale " << c.scale << ", output SQNR " << c.output_sqnr_db << " dB, by hand "
-                          << by_hand);
+                          << by_hand << "; halves " << c.first_half_sqnr_db << " and " << c.second_half_sqnr_db);
         // float32 arithmetic in the converted model against float64 here: 0.001 dB covers it.
         CHECK(std::abs(c.output_sqnr_db - by_hand) < 1e-3);
+        CHECK(std::abs(c.first_half_sqnr_db - first_half.back()) < 1e-3);
+        CHECK(std::abs(c.second_half_sqnr_db - second_half.back()) < 1e-3);
         if (noise.back() < noise[best]) best = noise.size() - 1;
     }
+    // The rule, by hand: from auto's, a candidate replaces the one kept so far only if better on
+    // both halves by more than the margin. Here the best on all samples is the best on each half.
+    std::size_t kept = choice.automatic;
+    const double margin = output_range_options{}.margin_db;
+    for (std::size_t c = 0; c < choice.candidates.size(); ++c)
+        if (first_half[c] > first_half[kept] + margin && second_half[c] > second_half[kept] + margin) kept = c;
+    CHECK(choice.chosen == kept);
     CHECK(choice.chosen == best);
     CHECK(choice.chosen != choice.automatic);  // auto weighs x1's error too, and picks another range
     CHECK(summary.chosen_sqnr_db > summary.auto_sqnr_db);

@@ -3,7 +3,11 @@
 // the model's output rather than in the tensor: a range that clips a tail no later op passes on
 // (a ReLU or a clamp cuts it anyway) costs nothing at the output and buys finer steps for the
 // rest. Greedy, in the order the forward quantizes the activations, each scored with those before
-// it at their chosen ranges and those after it at auto's choice.
+// it at their chosen ranges and those after it at auto's choice. A candidate replaces the range
+// chosen so far only where it is better on both halves of the scored outputs, by more than
+// `output_range_options::margin_db`: a gain one half alone shows fits those samples, not the data,
+// and the greedy search would otherwise pile up such fits, one per activation (held-out figures:
+// docs/accuracy.md).
 //
 // Scored on a converted copy of the calibrated model, which computes what the engine will: one
 // convert, then per activation one forward per distinct candidate on at most max_samples of the
@@ -35,6 +39,8 @@ namespace versatil::libtorch {
 struct output_range_options {
     // Calibration samples scored on (whole batches, at least one): each candidate is one forward.
     std::int64_t max_samples = 32;
+    // How much better than the range chosen so far a candidate must be, on each half, to replace it.
+    double margin_db = 0.01;
 };
 
 // One candidate range of an activation, as convert stores qparams (scale as float32's value).
@@ -42,7 +48,8 @@ struct range_candidate {
     std::string methods;  // "percentile", or "histogram, percentile" where two give the same qparams
     double scale = 0.0;
     std::int64_t zero_point = 0;
-    double output_sqnr_db = 0.0;  // when scored
+    double output_sqnr_db = 0.0;  // when scored: on all the scored samples
+    double first_half_sqnr_db = 0.0, second_half_sqnr_db = 0.0;
 };
 
 // What the search did to one activation.
@@ -105,6 +112,25 @@ inline std::vector<range_candidate> candidates_of(const ::torch::jit::Module& ob
         if (&c == &*best) automatic = static_cast<std::size_t>(same - distinct.begin());
     }
     return distinct;
+}
+
+// Rows [begin, end) of each output: a part of the scored samples (for outputs whose dim 0 is the
+// batch; another dim 0 splits along itself, still two disjoint parts of the data).
+inline model_outputs rows_of(const model_outputs& outputs, double begin, double end) {
+    model_outputs part{outputs.names, {}};
+    for (const at::Tensor& tensor : outputs.tensors) {
+        const auto row = [&](double at) { return static_cast<std::int64_t>(at * static_cast<double>(tensor.size(0))); };
+        part.tensors.push_back(tensor.slice(0, row(begin), row(end)));
+    }
+    return part;
+}
+
+// Whether `candidate` beats `current` on both halves by more than `margin_db`. With one sample
+// there are no halves: the whole is compared.
+inline bool better_on_both_halves(const range_candidate& candidate, const range_candidate& current,
+                                  double margin_db) {
+    return candidate.first_half_sqnr_db > current.first_half_sqnr_db + margin_db &&
+           candidate.second_half_sqnr_db > current.second_half_sqnr_db + margin_db;
 }
 
 // An activation under search: its observer in the calibrated model and, in the converted copy,
@@ -201,26 +227,40 @@ output_range_summary choose_output_ranges(prepared_model& calibrated, const ::to
     for (searched_activation& activation : activations) activation.set(activation.choice.automatic);
 
     const model_outputs expected = run_batches(reference, batches);
-    const auto score = [&] {
+    const bool halves = summary.samples > 1;
+    const model_outputs expected_first = rows_of(expected, 0.0, 0.5), expected_second = rows_of(expected, 0.5, 1.0);
+    // The copy's output with the ranges set now, scored on all samples and on each half.
+    const auto score = [&](range_candidate& scored) {
         ++summary.forwards;
-        return compare_outputs(expected, run_batches(copy.module, batches)).overall.sqnr_db;
+        const model_outputs actual = run_batches(copy.module, batches);
+        scored.output_sqnr_db = compare_outputs(expected, actual).overall.sqnr_db;
+        const auto on_half = [&](const model_outputs& expected_half, double begin, double end) {
+            return halves ? compare_outputs(expected_half, rows_of(actual, begin, end)).overall.sqnr_db
+                          : scored.output_sqnr_db;
+        };
+        scored.first_half_sqnr_db = on_half(expected_first, 0.0, 0.5);
+        scored.second_half_sqnr_db = on_half(expected_second, 0.5, 1.0);
     };
-    double current = score();
-    summary.auto_sqnr_db = current;
+    range_candidate current;
+    score(current);
+    summary.auto_sqnr_db = current.output_sqnr_db;
     for (searched_activation& activation : activations) {
         output_range_choice& choice = activation.choice;
-        choice.candidates[choice.automatic].output_sqnr_db = current;
+        range_candidate& automatic = choice.candidates[choice.automatic];
+        automatic.output_sqnr_db = current.output_sqnr_db;
+        automatic.first_half_sqnr_db = current.first_half_sqnr_db;
+        automatic.second_half_sqnr_db = current.second_half_sqnr_db;
         for (std::size_t c = 0; c < choice.candidates.size(); ++c) {
             if (c == choice.automatic) continue;
             activation.set(c);
-            choice.candidates[c].output_sqnr_db = score();
-            if (choice.candidates[c].output_sqnr_db > choice.candidates[choice.chosen].output_sqnr_db)
+            score(choice.candidates[c]);
+            if (better_on_both_halves(choice.candidates[c], choice.candidates[choice.chosen], options.margin_db))
                 choice.chosen = c;
         }
         activation.set(choice.chosen);
-        current = choice.candidates[choice.chosen].output_sqnr_db;
+        current = choice.candidates[choice.chosen];
     }
-    summary.chosen_sqnr_db = current;
+    summary.chosen_sqnr_db = current.output_sqnr_db;
     for (searched_activation& activation : activations) {
         const range_candidate& chosen = activation.choice.candidates[activation.choice.chosen];
         activation.observer.setattr("chosen_scale", chosen.scale);
@@ -258,7 +298,8 @@ struct output_ranges_step {
         calibrated.adjustments.push_back(
             {"", "calibration=output: " + std::to_string(summary.choices.size()) + " activation range(s) chosen on " +
                      std::to_string(summary.samples) + " calibration samples, " + std::to_string(changed) +
-                     " other than auto's; output SQNR there " + sqnr_text(summary.auto_sqnr_db) + " with auto's, " +
+                     " other than auto's (each better on both halves of them); output SQNR there " +
+                     sqnr_text(summary.auto_sqnr_db) + " with auto's, " +
                      sqnr_text(summary.chosen_sqnr_db) + " chosen (" + std::to_string(summary.forwards) +
                      " forwards)"});
     }
