@@ -470,6 +470,35 @@ std::vector<batch> two_features(std::uint64_t seed, int batches) {
 
 }  // namespace
 
+TEST_CASE("calibration=output's rule: a range replaces the one kept only if better on both halves, by the margin") {
+    using versatil::libtorch::detail::better_on_both_halves;
+    const auto scored = [](double all, double first, double second) {
+        range_candidate candidate;
+        candidate.output_sqnr_db = all;
+        candidate.first_half_sqnr_db = first;
+        candidate.second_half_sqnr_db = second;
+        return candidate;
+    };
+    const range_candidate kept = scored(20.0, 19.0, 21.0);
+    const double margin = output_range_options{}.margin_db;
+    CHECK(better_on_both_halves(scored(20.5, 19.5, 21.5), kept, margin));
+    // Higher on all the samples, from one half alone: a fit to those samples, not taken.
+    CHECK_FALSE(better_on_both_halves(scored(21.0, 22.0, 20.9), kept, margin));
+    // Better on both, but within the margin on one.
+    CHECK_FALSE(better_on_both_halves(scored(20.1, 19.0 + margin / 2, 21.5), kept, margin));
+    CHECK_FALSE(better_on_both_halves(kept, kept, margin));
+
+    // The halves of the scored outputs: rows [0, n/2) and [n/2, n) of each output.
+    const model_outputs outputs{{"a", "b"}, {at::arange(6).reshape({6, 1}), at::arange(10).reshape({5, 2})}};
+    const model_outputs first = versatil::libtorch::detail::rows_of(outputs, 0.0, 0.5);
+    const model_outputs second = versatil::libtorch::detail::rows_of(outputs, 0.5, 1.0);
+    CHECK(first.tensors[0].equal(at::arange(3).reshape({3, 1})));
+    CHECK(second.tensors[0].equal(at::arange(3, 6).reshape({3, 1})));
+    CHECK(first.tensors[1].equal(at::arange(4).reshape({2, 2})));  // 5 rows: 2 and 3
+    CHECK(second.tensors[1].equal(at::arange(4, 10).reshape({3, 2})));
+    CHECK(first.names == outputs.names);
+}
+
 TEST_CASE("calibration=output chooses the range the output needs, where auto chooses the tensor's") {
     const ::torch::jit::Module model = reads_one_feature();
     const std::vector<batch> calibration = two_features(21, 4);
