@@ -472,14 +472,8 @@ std::vector<batch> two_features(std::uint64_t seed, int batches) {
 
 TEST_CASE("calibration=output's rule: a range replaces the one kept only if better on both halves, by the margin") {
     using versatil::libtorch::detail::better_on_both_halves;
-    const auto scored = [](double all, double first, double second) {
-        range_candidate candidate;
-        candidate.output_sqnr_db = all;
-        candidate.first_half_sqnr_db = first;
-        candidate.second_half_sqnr_db = second;
-        return candidate;
-    };
-    const range_candidate kept = scored(20.0, 19.0, 21.0);
+    const auto scored = [](double all, double first, double second) { return scored_sqnr{all, first, second}; };
+    const scored_sqnr kept = scored(20.0, 19.0, 21.0);
     const double margin = output_range_options{}.margin_db;
     CHECK(better_on_both_halves(scored(20.5, 19.5, 21.5), kept, margin));
     // Higher on all the samples, from one half alone: a fit to those samples, not taken.
@@ -546,12 +540,13 @@ TEST_CASE("calibration=output chooses the range the output needs, where auto cho
         first_half.push_back(half_sqnr(yq, 0, half));
         second_half.push_back(half_sqnr(yq, half, y.size(0)));
         const double by_hand = 10.0 * std::log10(signal / noise.back());
-        MESSAGE(c.methods << ": scale " << c.scale << ", output SQNR " << c.output_sqnr_db << " dB, by hand "
-                          << by_hand << "; halves " << c.first_half_sqnr_db << " and " << c.second_half_sqnr_db);
+        MESSAGE(c.methods << ": scale " << c.scale << ", output SQNR " << c.output_sqnr_db.all << " dB, by hand "
+                          << by_hand << "; halves " << c.output_sqnr_db.first_half << " and "
+                          << c.output_sqnr_db.second_half);
         // float32 arithmetic in the converted model against float64 here: 0.001 dB covers it.
-        CHECK(std::abs(c.output_sqnr_db - by_hand) < 1e-3);
-        CHECK(std::abs(c.first_half_sqnr_db - first_half.back()) < 1e-3);
-        CHECK(std::abs(c.second_half_sqnr_db - second_half.back()) < 1e-3);
+        CHECK(std::abs(c.output_sqnr_db.all - by_hand) < 1e-3);
+        CHECK(std::abs(c.output_sqnr_db.first_half - first_half.back()) < 1e-3);
+        CHECK(std::abs(c.output_sqnr_db.second_half - second_half.back()) < 1e-3);
         if (noise.back() < noise[best]) best = noise.size() - 1;
     }
     // The rule, by hand: from auto's, a candidate replaces the one kept so far only if better on

@@ -43,13 +43,18 @@ struct output_range_options {
     double margin_db = 0.01;
 };
 
+// The output SQNR one scoring forward gives, in dB: on all the scored samples and on each half.
+struct scored_sqnr {
+    double all = 0.0;
+    double first_half = 0.0, second_half = 0.0;
+};
+
 // One candidate range of an activation, as convert stores qparams (scale as float32's value).
 struct range_candidate {
     std::string methods;  // "percentile", or "histogram, percentile" where two give the same qparams
     double scale = 0.0;
     std::int64_t zero_point = 0;
-    double output_sqnr_db = 0.0;  // when scored: on all the scored samples
-    double first_half_sqnr_db = 0.0, second_half_sqnr_db = 0.0;
+    scored_sqnr output_sqnr_db;  // when scored
 };
 
 // What the search did to one activation.
@@ -126,11 +131,10 @@ inline model_outputs rows_of(const model_outputs& outputs, double begin, double 
 }
 
 // Whether `candidate` beats `current` on both halves by more than `margin_db`. With one sample
-// there are no halves: the whole is compared.
-inline bool better_on_both_halves(const range_candidate& candidate, const range_candidate& current,
-                                  double margin_db) {
-    return candidate.first_half_sqnr_db > current.first_half_sqnr_db + margin_db &&
-           candidate.second_half_sqnr_db > current.second_half_sqnr_db + margin_db;
+// there are no halves: each holds the whole's figure.
+inline bool better_on_both_halves(const scored_sqnr& candidate, const scored_sqnr& current, double margin_db) {
+    return candidate.first_half > current.first_half + margin_db &&
+           candidate.second_half > current.second_half + margin_db;
 }
 
 // An activation under search: its observer in the calibrated model and, in the converted copy,
@@ -230,37 +234,35 @@ output_range_summary choose_output_ranges(prepared_model& calibrated, const ::to
     const bool halves = summary.samples > 1;
     const model_outputs expected_first = rows_of(expected, 0.0, 0.5), expected_second = rows_of(expected, 0.5, 1.0);
     // The copy's output with the ranges set now, scored on all samples and on each half.
-    const auto score = [&](range_candidate& scored) {
+    const auto score = [&] {
         ++summary.forwards;
         const model_outputs actual = run_batches(copy.module, batches);
-        scored.output_sqnr_db = compare_outputs(expected, actual).overall.sqnr_db;
+        scored_sqnr scored;
+        scored.all = compare_outputs(expected, actual).overall.sqnr_db;
         const auto on_half = [&](const model_outputs& expected_half, double begin, double end) {
-            return halves ? compare_outputs(expected_half, rows_of(actual, begin, end)).overall.sqnr_db
-                          : scored.output_sqnr_db;
+            return halves ? compare_outputs(expected_half, rows_of(actual, begin, end)).overall.sqnr_db : scored.all;
         };
-        scored.first_half_sqnr_db = on_half(expected_first, 0.0, 0.5);
-        scored.second_half_sqnr_db = on_half(expected_second, 0.5, 1.0);
+        scored.first_half = on_half(expected_first, 0.0, 0.5);
+        scored.second_half = on_half(expected_second, 0.5, 1.0);
+        return scored;
     };
-    range_candidate current;
-    score(current);
-    summary.auto_sqnr_db = current.output_sqnr_db;
+    scored_sqnr current = score();
+    summary.auto_sqnr_db = current.all;
     for (searched_activation& activation : activations) {
         output_range_choice& choice = activation.choice;
-        range_candidate& automatic = choice.candidates[choice.automatic];
-        automatic.output_sqnr_db = current.output_sqnr_db;
-        automatic.first_half_sqnr_db = current.first_half_sqnr_db;
-        automatic.second_half_sqnr_db = current.second_half_sqnr_db;
+        choice.candidates[choice.automatic].output_sqnr_db = current;
         for (std::size_t c = 0; c < choice.candidates.size(); ++c) {
             if (c == choice.automatic) continue;
             activation.set(c);
-            score(choice.candidates[c]);
-            if (better_on_both_halves(choice.candidates[c], choice.candidates[choice.chosen], options.margin_db))
+            choice.candidates[c].output_sqnr_db = score();
+            if (better_on_both_halves(choice.candidates[c].output_sqnr_db,
+                                      choice.candidates[choice.chosen].output_sqnr_db, options.margin_db))
                 choice.chosen = c;
         }
         activation.set(choice.chosen);
-        current = choice.candidates[choice.chosen];
+        current = choice.candidates[choice.chosen].output_sqnr_db;
     }
-    summary.chosen_sqnr_db = current.output_sqnr_db;
+    summary.chosen_sqnr_db = current.all;
     for (searched_activation& activation : activations) {
         const range_candidate& chosen = activation.choice.candidates[activation.choice.chosen];
         activation.observer.setattr("chosen_scale", chosen.scale);
@@ -289,7 +291,8 @@ struct output_ranges_step {
             std::string scored;
             for (std::size_t c = 0; c < choice.candidates.size(); ++c)
                 scored += (c ? ", " : "") + choice.candidates[c].methods + " " +
-                          sqnr_text(choice.candidates[c].output_sqnr_db) + (c == choice.automatic ? " (auto's)" : "");
+                          sqnr_text(choice.candidates[c].output_sqnr_db.all) +
+                          (c == choice.automatic ? " (auto's)" : "");
             const std::string& chosen = choice.candidates[choice.chosen].methods;
             calibrated.adjustments.push_back({choice.module_path, "calibration=output: " + choice.value +
                                                                       " quantized with " + chosen +
