@@ -40,6 +40,13 @@ constexpr std::size_t kept_bytes_at_most = std::size_t{2} << 30;       // free b
 constexpr std::size_t alignment = 64;                                  // c10's own CPU alignment
 constexpr std::size_t page = 4096;
 
+// A block of AddressSanitizer's allocator, aligned as c10 aligns tensor data.
+void* aligned_block(std::size_t bytes) {
+    void* data = nullptr;
+    if (posix_memalign(&data, alignment, bytes == 0 ? 1 : bytes) != 0) throw std::bad_alloc();
+    return data;
+}
+
 struct freed_block {
     void* data;
     std::size_t bytes;  // rounded up to a page: the size class the block is reused for
@@ -58,7 +65,7 @@ public:
                 kept_bytes_ -= bytes;
             }
         }
-        if (data == nullptr && posix_memalign(&data, alignment, bytes) != 0) throw std::bad_alloc();
+        if (data == nullptr) data = aligned_block(bytes);
         // The requested bytes are usable; the rest of the rounded block stays poisoned, so a
         // read or write past the tensor's end is still reported.
         ASAN_POISON_MEMORY_REGION(data, bytes);
@@ -127,12 +134,7 @@ class caching_cpu_allocator final : public c10::Allocator {
 public:
     c10::DataPtr allocate(std::size_t bytes) const override {
         const c10::Device cpu(c10::DeviceType::CPU);
-        if (bytes < smallest_cached_bytes) {
-            void* data = nullptr;
-            if (posix_memalign(&data, alignment, bytes == 0 ? 1 : bytes) != 0) throw std::bad_alloc();
-            return {data, data, &delete_block, cpu};
-        }
-        void* data = cache().take(bytes);
+        void* data = bytes < smallest_cached_bytes ? aligned_block(bytes) : cache().take(bytes);
         return {data, data, &delete_block, cpu};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &delete_block; }
