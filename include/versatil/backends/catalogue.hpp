@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "versatil/backends/builtin_families.hpp"
 #include "versatil/backends/cortex_m.hpp"
 #include "versatil/backends/x86_inductor.hpp"
 #include "versatil/backends/xnnpack.hpp"
@@ -67,21 +68,10 @@ inline constexpr auto every_option_subset_and_calibration = concatenate(
     option_subsets<Policy, calibration<calibration_method::output>>::template of<Options...>());
 }  // namespace detail
 
-// The built-in backends' policy templates: layers above the core give each its traits (the
-// LibTorch layer's lowering traits), and every configured policy below is of one.
-using builtin_families = family_list<X86Inductor, XNNPACK, CortexM>;
-
 inline constexpr auto builtin_backends =
     detail::concatenate(detail::every_option_subset_and_calibration<X86Inductor, dynamic, qat, reduce_range, cle, bias_correction, gptq, adaround>,
                         detail::every_option_subset_and_calibration<XNNPACK, dynamic, qat, per_tensor, cle, bias_correction, gptq, adaround>,
                         detail::every_option_subset_and_calibration<CortexM, qat, per_tensor>);
-
-namespace detail {
-template <template <auto...> class... Policies>
-constexpr bool is_listed(const backend_family* family, family_list<Policies...>) {
-    return ((family == &family_of<Policies>) || ...);
-}
-}  // namespace detail
 
 static_assert(
     [] {

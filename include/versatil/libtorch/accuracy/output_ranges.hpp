@@ -111,7 +111,7 @@ inline std::vector<range_candidate> candidates_of(const ::torch::jit::Module& ob
             return d.scale == scale && d.zero_point == zero_point;
         });
         if (same == distinct.end())
-            same = distinct.insert(distinct.end(), {c.method, scale, zero_point});
+            same = distinct.insert(distinct.end(), {c.method, scale, zero_point, {}});
         else
             same->methods += std::string(", ") + c.method;
         if (&c == &*best) automatic = static_cast<std::size_t>(same - distinct.begin());

@@ -13,7 +13,7 @@
 #include "versatil/libtorch/analysis/layer_switches.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
 #include "versatil/libtorch/analysis/sensitivity.hpp"
-#include "versatil/libtorch/plan/target_spec.hpp"
+#include "versatil/libtorch/plan/target_shown.hpp"
 #include "versatil/libtorch/stages/sequence.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/libtorch/torchscript/private_clone.hpp"

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "versatil/backends/catalogue.hpp"
+#include "versatil/backends/builtin_families.hpp"
 #include "versatil/core/quantizer.hpp"
 #include "versatil/core/runtime_quantizer.hpp"
 #include "versatil/libtorch/error.hpp"

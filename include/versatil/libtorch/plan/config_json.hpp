@@ -8,7 +8,7 @@
 
 #include "versatil/core/backend_descriptor.hpp"
 #include "versatil/core/composition_error.hpp"
-#include "versatil/libtorch/plan/target_spec.hpp"
+#include "versatil/libtorch/plan/target_shown.hpp"
 
 namespace versatil::libtorch {
 
