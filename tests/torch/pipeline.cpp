@@ -623,7 +623,8 @@ TEST_CASE("calls to parameterless leaf modules are inlined before observers, wit
             folded.eval();
             reset_parameters(folded, false);
             std::vector<adjustment> adjustments;
-            const ::torch::jit::QConfigDict dict = libtorch::detail::qconfig_dict(folded, plan, adjustments);
+            const ::torch::jit::QConfigDict dict =
+                libtorch::detail::qconfig_dict(folded, plan, libtorch::qconfigs_of, adjustments);
             split_shared_types(folded, dict);
             ::torch::jit::Module with_calls = folded.clone();
             CHECK(inline_parameterless_leaf_calls(folded, dict) > 0);

@@ -14,14 +14,15 @@
 // range too wide for float32 gives the largest finite scale, not infinity.
 #pragma once
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -366,23 +367,39 @@ inline ::torch::jit::Module compile_observer_prototype(observer_kind kind) {
     return observer;
 }
 
+// One compilation at a time, as when every kind compiled in one static's initializer: the
+// TorchScript front end is not documented as safe to run on two threads at once.
+inline std::mutex& prototype_compilation() {
+    static std::mutex one_at_a_time;
+    return one_at_a_time;
+}
+
 // One compilation per class per process, for observers and fake-quantize modules alike: the
-// prototypes of `kinds`, compiled on first use (a function-local static, so thread-safe), that
-// make_observer and make_fake_quantize deep-copy (same class type, no compilation). The
-// operators their code calls are registered first.
-template <::torch::jit::Module (*compile)(observer_kind), observer_kind... kinds>
-const ::torch::jit::Module& prototype(observer_kind kind) {
-    static const std::array<::torch::jit::Module, sizeof...(kinds)> prototypes = [] {
+// prototype of `kind`, compiled on its first use (a function-local static, so thread-safe),
+// that make_observer and make_fake_quantize deep-copy (same class type, no compilation). The
+// operators their code calls are registered first. Each kind on its own, so that a process
+// compiles the classes it uses only (about 1 ms each once LibTorch's front end has started).
+// The compilation runs the prototype's reset once, without the graph executor's optimizations:
+// a process's first optimized run costs some 40 ms of LibTorch's own set-up (docs/benchmarks.md).
+template <::torch::jit::Module (*compile)(observer_kind), observer_kind kind>
+const ::torch::jit::Module& prototype_of() {
+    static const ::torch::jit::Module prototype = [] {
+        const std::lock_guard<std::mutex> lock(prototype_compilation());
+        const ::torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
         register_observer_ops();
         register_histogram_range_ops();
-        return std::array<::torch::jit::Module, sizeof...(kinds)>{compile(kinds)...};
+        return compile(kind);
     }();
-    std::size_t index = 0;
-    for (const observer_kind compiled : {kinds...}) {
-        if (compiled == kind) return prototypes[index];
-        ++index;
-    }
-    throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
+    return prototype;
+}
+
+// The prototype of `kind`, one of `kinds`.
+template <::torch::jit::Module (*compile)(observer_kind), observer_kind... kinds>
+const ::torch::jit::Module& prototype(observer_kind kind) {
+    const ::torch::jit::Module* found = nullptr;
+    ((kind == kinds && (found = &prototype_of<compile, kinds>())) || ...);
+    if (!found) throw error(error_kind::invalid_argument, "make_observer: unknown observer kind");
+    return *found;
 }
 
 inline c10::ScalarType quantized_scalar_type(dtype value) {

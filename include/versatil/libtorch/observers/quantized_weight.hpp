@@ -2,6 +2,7 @@
 // observers in the graph (the direct dynamic path, recurrent layers).
 #pragma once
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <cstdint>
@@ -14,6 +15,9 @@ namespace versatil::libtorch {
 // scales in float32 and zero points in int32 as InsertQuantDeQuant stores them.
 inline at::Tensor quantized_weight(const at::Tensor& weight, const quantization_spec& spec) {
     ::torch::jit::Module observer = make_observer(spec);
+    // Two calls of each method: optimizing them would cost more than it saves, and a process's
+    // first optimization costs some 40 ms of LibTorch's own set-up.
+    const ::torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
     observer.forward({weight});
     const auto qparams = observer.run_method("calculate_qparams").toTuple();
     const at::Tensor scale = qparams->elements()[0].toTensor().to(at::kFloat);

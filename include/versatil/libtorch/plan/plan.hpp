@@ -1,13 +1,12 @@
 // The quantization plan: what every stage (prepare, calibrate or train, convert, lower) and the
 // measurements read, decided once from the quantizer: its targets, the one engine they lower
-// to, the quant type, and per target its backend's lowering traits (backend_lowering.hpp), its
-// QConfigs and the accuracy steps it runs. No stage asks the quantizer or the traits again. Each
-// stage returns a staged_model: its module, the plan, and the changes made so that the engine
-// can run a layer.
+// to, the quant type, and per target its backend's lowering traits (backend_lowering.hpp), the
+// specs of its observers and the accuracy steps it runs. No stage asks the quantizer or the
+// traits again. Each stage returns a staged_model: its module, the plan, and the changes made so
+// that the engine can run a layer.
 #pragma once
 
 #include <torch/csrc/jit/passes/quantization/quantization_type.h>
-#include <torch/csrc/jit/passes/quantization/insert_observers.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -20,7 +19,6 @@
 #include "versatil/core/runtime_quantizer.hpp"
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/torchscript/engine.hpp"
-#include "versatil/libtorch/observers/fake_quantize.hpp"
 #include "versatil/libtorch/plan/backend_lowering.hpp"
 
 namespace versatil::libtorch {
@@ -40,16 +38,16 @@ struct recurrent_layer {
     std::string stays_float_because{};
 };
 
-// What the plan decides for one quantizing target. LibTorch tells QConfigs apart by the observer
-// objects they hold: modules sharing a class type, or layers reading one value (attention's
-// q/k/v projections), must get the very same QConfig, so each is made once and used for every
-// path under it.
+// What the plan decides for one quantizing target. It holds the specs its observers are made
+// from, not the observers: prepare makes the QConfigs (stages/prepare.hpp), and a path that
+// observes nothing (the direct dynamic path) makes none.
 struct target_plan {
     std::string path;
     const lowering_traits* lowering;
-    ::torch::jit::QConfig standard;
-    // For a backend whose static linear kernel is per-tensor only: its linear layers' QConfig.
-    std::optional<::torch::jit::QConfig> per_tensor_linear;
+    quantization_spec activation;  // as the engine stores it (int8 asked for as quint8 where it must)
+    quantization_spec weight;
+    // For a backend whose static linear kernel is per-tensor only: its linear layers' weights.
+    std::optional<quantization_spec> per_tensor_linear_weight;
     bool equalizes = false;        // the cle option: prepare equalizes its layer chains
     bool rounds_weights = false;   // gptq: rounded between calibrate and convert
     bool corrects_biases = false;  // bias_correction: corrected between convert and lower
@@ -121,16 +119,13 @@ inline quantization_plan plan_for(const runtime_quantizer& quantizer) {
         const quantization_spec& asked = *config.input_activation;
         const quantization_spec activation =
             lowering.int8_activations_as_quint8 && asked.dtype == dtype::int8 ? detail::as_quint8(asked) : asked;
-        const ::torch::jit::QConfig standard{make_observer_or_fake_quantize(activation),
-                                             observing_parameters(make_observer_or_fake_quantize(*config.weight))};
-        std::optional<::torch::jit::QConfig> per_tensor_linear;
+        std::optional<quantization_spec> per_tensor_linear_weight;
         if (!lowering.per_tensor_linear_only_because.empty() && !q.is_dynamic() &&
             is_per_channel(config.weight->qscheme))
-            per_tensor_linear = ::torch::jit::QConfig{
-                std::get<0>(standard),
-                observing_parameters(make_observer_or_fake_quantize(detail::per_tensor_weights(*config.weight)))};
+            per_tensor_linear_weight = detail::per_tensor_weights(*config.weight);
         plan.targets.emplace(std::string(q.module_path),
-                             target_plan{std::string(q.module_path), &lowering, standard, per_tensor_linear,
+                             target_plan{std::string(q.module_path), &lowering, activation, *config.weight,
+                                         per_tensor_linear_weight,
                                          config.cross_layer_equalization, config.gptq, config.bias_correction,
                                          q.is_dynamic(), q.is_qat(), config.adaround, config.chooses_output_ranges});
         plan.keeps_folded_model = plan.keeps_folded_model || config.gptq || config.bias_correction || config.adaround ||

@@ -10,6 +10,8 @@
 
 #include <torch/csrc/jit/passes/quantization/finalize.h>
 #include <torch/csrc/jit/passes/quantization/fusion_passes.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <optional>
@@ -96,9 +98,17 @@ inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quanti
     if (!options.sample) return;
     const ::torch::NoGradGuard no_grad;
     const bool on_a_copy = runs_quantized_convolution(lowered);
+    // The check runs the forward graph as a function of its own, without the graph executor's
+    // optimizations: a process's first optimized run costs some 40 ms of LibTorch's own set-up
+    // (its autodiff formulas, compiled when it first profiles a graph), and one run gains nothing
+    // from them. The model's own forward, which its later runs use, is left untouched.
+    const ::torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
     const auto run = [&](const batch& inputs) {
         ::torch::jit::Module checked = on_a_copy ? lowered.deepcopy() : lowered;
-        checked.forward(inputs.arguments());
+        ::torch::jit::GraphFunction forward("_versatil_check", checked.get_method("forward").graph(), nullptr);
+        ::torch::jit::Stack stack{checked._ivalue()};
+        for (const c10::IValue& argument : inputs.arguments()) stack.push_back(argument);
+        forward.run(stack);
     };
     try {
         if (options.sample->samples() > 1) {

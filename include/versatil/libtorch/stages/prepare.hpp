@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/passes/quantization/insert_observers.h>
 #include <torch/script.h>
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,6 +22,7 @@
 #include "versatil/libtorch/error.hpp"
 #include "versatil/libtorch/passes/clamped_observation.hpp"
 #include "versatil/libtorch/accuracy/equalize.hpp"
+#include "versatil/libtorch/observers/fake_quantize.hpp"
 #include "versatil/libtorch/passes/fold_batch_norm.hpp"
 #include "versatil/libtorch/passes/inference_graph.hpp"
 #include "versatil/libtorch/passes/leaf_calls.hpp"
@@ -34,6 +36,30 @@
 
 namespace versatil::libtorch {
 
+// A target's QConfigs: its standard one and, for a backend whose static linear kernel is
+// per-tensor only, its linear layers'. LibTorch tells QConfigs apart by the observer objects
+// they hold: modules sharing a class type, or layers reading one value (attention's q/k/v
+// projections), must get the very same QConfig, so each is made once per map and used for
+// every path under its target.
+struct target_qconfigs {
+    ::torch::jit::QConfig standard;
+    std::optional<::torch::jit::QConfig> per_tensor_linear;
+};
+
+inline target_qconfigs qconfigs_of(const target_plan& target) {
+    ::torch::jit::Module activation = make_observer_or_fake_quantize(target.activation);
+    target_qconfigs made{{activation, observing_parameters(make_observer_or_fake_quantize(target.weight))},
+                         std::nullopt};
+    if (target.per_tensor_linear_weight)
+        made.per_tensor_linear = ::torch::jit::QConfig{
+            activation, observing_parameters(make_observer_or_fake_quantize(*target.per_tensor_linear_weight))};
+    return made;
+}
+
+// What makes a target's QConfigs; prepare's default is qconfigs_of. A test swaps in observers
+// of its own (tests/torch/observers.cpp compares the calibrated state with reference ones).
+using qconfig_maker = target_qconfigs (*)(const target_plan&);
+
 namespace detail {
 
 // The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
@@ -41,19 +67,21 @@ namespace detail {
 // layers of a target whose engine runs them per-tensor only get that QConfig; layers called in a
 // loop none (passes/loop_layers.hpp).
 inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const quantization_plan& plan,
-                                              std::vector<adjustment>& adjustments) {
+                                              qconfig_maker make_qconfigs, std::vector<adjustment>& adjustments) {
+    std::map<std::string, target_qconfigs, std::less<>> made;  // by target path
+    for (const auto& [path, target] : plan.targets) made.emplace(path, make_qconfigs(target));
     ::torch::jit::QConfigDict dict;
     dict[""] = c10::nullopt;  // outside every target: float
     for (const target_info& target : plan.quantizer.target_infos())
         dict[std::string(target.path)] = target.is_exclude() ? c10::optional<::torch::jit::QConfig>{}
-                                                             : plan.targets.find(target.path)->second.standard;
+                                                             : made.find(target.path)->second.standard;
     const std::set<std::string> in_loops = layers_called_in_loops(model);
     for (const auto& item : model.named_modules()) {
         const target_plan* target = plan.target_for(item.name);
-        if (!target || in_loops.contains(item.name) || !target->per_tensor_linear ||
+        if (!target || in_loops.contains(item.name) || !target->per_tensor_linear_weight ||
             !calls_op(item.value, is_linear_op))
             continue;
-        dict[item.name] = *target->per_tensor_linear;
+        dict[item.name] = *made.find(target->path)->second.per_tensor_linear;
         adjustments.push_back({item.name, "per-tensor symmetric weights: " +
                                               std::string(target->lowering->per_tensor_linear_only_because)});
     }
@@ -67,7 +95,8 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
 
 }  // namespace detail
 
-inline prepared_model prepare(const ::torch::jit::Module& model, const quantization_plan& plan) {
+inline prepared_model prepare(const ::torch::jit::Module& model, const quantization_plan& plan,
+                              qconfig_maker make_qconfigs = qconfigs_of) {
     if (!model.find_method("forward"))
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
     const runtime_quantizer& quantizer = plan.quantizer;
@@ -91,7 +120,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         // Equalized after folding: the folded weights are what observers see and convert quantizes.
         std::vector<adjustment> adjustments = equalize_for_targets(folded, plan);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
-        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, adjustments);
+        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, make_qconfigs, adjustments);
         split_shared_types(folded, dict);
         // InsertObservers edits `folded` in place: the float model the plan keeps is a copy.
         if (plan.keeps_folded_model) prepared.folded_model = folded.clone();
