@@ -812,17 +812,9 @@ TEST_CASE("the calibrated models' observers equal the TorchScript port's") {
             CAPTURE(name);
             const auto quantizer = versatil::runtime_quantizer::compose({{"", *versatil::parse_backend_spec(backend)}});
             const quantization_plan plan = plan_for(*quantizer);
-            // The plan's observer specs, with reference observers made of them.
-            const qconfig_maker reference_qconfigs = [](const target_plan& target) {
-                const torch::jit::Module activation = reference::make_reference_observer(target.activation);
-                target_qconfigs made{{activation, reference::make_reference_observer(target.weight)}, std::nullopt};
-                if (target.per_tensor_linear_weight)
-                    made.per_tensor_linear = torch::jit::QConfig(
-                        activation, reference::make_reference_observer(*target.per_tensor_linear_weight));
-                return made;
-            };
             prepared_model native = prepare(model, plan);
-            prepared_model ported = prepare(model, plan, reference_qconfigs);
+            // The plan's observer specs, with reference observers made of them.
+            prepared_model ported = prepare(model, plan, reference::make_reference_observer);
             calibrate(native, batches, {false});
             calibrate(ported, batches, {false});
             const std::map<std::string, std::string> native_observers = observers_by_call(native.module);

@@ -623,8 +623,9 @@ TEST_CASE("calls to parameterless leaf modules are inlined before observers, wit
             folded.eval();
             reset_parameters(folded, false);
             std::vector<adjustment> adjustments;
-            const ::torch::jit::QConfigDict dict =
-                libtorch::detail::qconfig_dict(folded, plan, libtorch::qconfigs_of, adjustments);
+            const libtorch::detail::qconfigs_by_target qconfigs =
+                libtorch::detail::qconfigs_for(plan, libtorch::make_observer_or_fake_quantize);
+            const ::torch::jit::QConfigDict dict = libtorch::detail::qconfig_dict(folded, plan, qconfigs, adjustments);
             split_shared_types(folded, dict);
             ::torch::jit::Module with_calls = folded.clone();
             CHECK(inline_parameterless_leaf_calls(folded, dict) > 0);

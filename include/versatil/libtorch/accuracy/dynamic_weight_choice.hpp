@@ -6,8 +6,6 @@
 // and the layer's error is that of the product. Why, and what was measured: docs/weight-choice.md.
 #pragma once
 
-#include <torch/csrc/jit/api/function_impl.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -21,6 +19,7 @@
 #include "versatil/libtorch/plan/plan.hpp"
 #include "versatil/libtorch/torchscript/batch.hpp"
 #include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/torchscript/graph_on_module.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
 
 namespace versatil::libtorch {
@@ -143,15 +142,11 @@ inline std::vector<std::vector<at::Tensor>> linear_inputs(const ::torch::jit::Mo
     }
     while (!copy->outputs().empty()) copy->eraseOutput(copy->outputs().size() - 1);
     copy->registerOutput(copy->insertNode(copy->createTuple(read_values))->output());
-    ::torch::jit::GraphFunction function("_versatil_linear_inputs", copy, nullptr);
+    graph_on_module read_inputs(frozen, copy, "_versatil_linear_inputs");
     const ::torch::NoGradGuard no_grad;
-    const ::torch::jit::GraphOptimizerEnabledGuard unoptimized(false);  // runs a few times only
     std::vector<std::vector<at::Tensor>> read(linears.size());
     for (const batch& inputs : batches) {
-        ::torch::jit::Stack stack{frozen._ivalue()};
-        for (const c10::IValue& argument : inputs.arguments()) stack.push_back(argument);
-        function.run(stack);
-        const auto values = stack.front().toTuple();
+        const auto values = read_inputs(inputs).toTuple();
         for (std::size_t i = 0; i < linears.size(); ++i) read[i].push_back(values->elements()[i].toTensor());
     }
     return read;

@@ -10,8 +10,6 @@
 
 #include <torch/csrc/jit/passes/quantization/finalize.h>
 #include <torch/csrc/jit/passes/quantization/fusion_passes.h>
-#include <torch/csrc/jit/api/function_impl.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <optional>
@@ -24,6 +22,7 @@
 #include "versatil/libtorch/passes/dequantize_tuples.hpp"
 #include "versatil/libtorch/passes/recurrent_dynamic.hpp"
 #include "versatil/libtorch/torchscript/engine.hpp"
+#include "versatil/libtorch/torchscript/graph_on_module.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/plan/backend_lowering.hpp"
 
@@ -98,17 +97,11 @@ inline void check_lowered_runs(const ::torch::jit::Module& lowered, const quanti
     if (!options.sample) return;
     const ::torch::NoGradGuard no_grad;
     const bool on_a_copy = runs_quantized_convolution(lowered);
-    // The check runs the forward graph as a function of its own, without the graph executor's
-    // optimizations: a process's first optimized run costs some 40 ms of LibTorch's own set-up
-    // (its autodiff formulas, compiled when it first profiles a graph), and one run gains nothing
-    // from them. The model's own forward, which its later runs use, is left untouched.
-    const ::torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
+    // The model's own forward is not run: its later runs keep the executor they would have had
+    // (graph_on_module.hpp).
     const auto run = [&](const batch& inputs) {
-        ::torch::jit::Module checked = on_a_copy ? lowered.deepcopy() : lowered;
-        ::torch::jit::GraphFunction forward("_versatil_check", checked.get_method("forward").graph(), nullptr);
-        ::torch::jit::Stack stack{checked._ivalue()};
-        for (const c10::IValue& argument : inputs.arguments()) stack.push_back(argument);
-        forward.run(stack);
+        const ::torch::jit::Module checked = on_a_copy ? lowered.deepcopy() : lowered;
+        graph_on_module(checked, checked.get_method("forward").graph(), "_versatil_check")(inputs);
     };
     try {
         if (options.sample->samples() > 1) {

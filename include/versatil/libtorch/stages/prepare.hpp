@@ -36,40 +36,47 @@
 
 namespace versatil::libtorch {
 
+// What makes one observer from its spec. prepare's default makes versatil's own (or the
+// fake-quantize module a QAT spec asks for); a test passes reference observers
+// (tests/torch/observers.cpp compares the calibrated state with theirs).
+using observer_maker = ::torch::jit::Module (*)(const quantization_spec&);
+
+namespace detail {
+
 // A target's QConfigs: its standard one and, for a backend whose static linear kernel is
 // per-tensor only, its linear layers'. LibTorch tells QConfigs apart by the observer objects
 // they hold: modules sharing a class type, or layers reading one value (attention's q/k/v
-// projections), must get the very same QConfig, so each is made once per map and used for
+// projections), must get the very same QConfig, so each is made once per prepare and used for
 // every path under its target.
 struct target_qconfigs {
     ::torch::jit::QConfig standard;
     std::optional<::torch::jit::QConfig> per_tensor_linear;
 };
 
-inline target_qconfigs qconfigs_of(const target_plan& target) {
-    ::torch::jit::Module activation = make_observer_or_fake_quantize(target.activation);
-    target_qconfigs made{{activation, observing_parameters(make_observer_or_fake_quantize(target.weight))},
-                         std::nullopt};
+inline target_qconfigs qconfigs_of(const target_plan& target, observer_maker make) {
+    ::torch::jit::Module activation = make(target.activation);
+    target_qconfigs made{{activation, observing_parameters(make(target.weight))}, std::nullopt};
     if (target.per_tensor_linear_weight)
-        made.per_tensor_linear = ::torch::jit::QConfig{
-            activation, observing_parameters(make_observer_or_fake_quantize(*target.per_tensor_linear_weight))};
+        made.per_tensor_linear =
+            ::torch::jit::QConfig{activation, observing_parameters(make(*target.per_tensor_linear_weight))};
     return made;
 }
 
-// What makes a target's QConfigs; prepare's default is qconfigs_of. A test swaps in observers
-// of its own (tests/torch/observers.cpp compares the calibrated state with reference ones).
-using qconfig_maker = target_qconfigs (*)(const target_plan&);
+// Every target's QConfigs, by target path.
+using qconfigs_by_target = std::map<std::string, target_qconfigs, std::less<>>;
 
-namespace detail {
+inline qconfigs_by_target qconfigs_for(const quantization_plan& plan, observer_maker make) {
+    qconfigs_by_target made;
+    for (const auto& [path, target] : plan.targets) made.emplace(path, qconfigs_of(target, make));
+    return made;
+}
 
 // The per-path QConfig map of `plan` for `model`, with the adjustments it makes: each target's
 // subtree gets its QConfig, an exclude's none, everything outside every target none; linear
 // layers of a target whose engine runs them per-tensor only get that QConfig; layers called in a
 // loop none (passes/loop_layers.hpp).
 inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model, const quantization_plan& plan,
-                                              qconfig_maker make_qconfigs, std::vector<adjustment>& adjustments) {
-    std::map<std::string, target_qconfigs, std::less<>> made;  // by target path
-    for (const auto& [path, target] : plan.targets) made.emplace(path, make_qconfigs(target));
+                                              const qconfigs_by_target& made, std::vector<adjustment>& adjustments) {
     ::torch::jit::QConfigDict dict;
     dict[""] = c10::nullopt;  // outside every target: float
     for (const target_info& target : plan.quantizer.target_infos())
@@ -96,7 +103,7 @@ inline ::torch::jit::QConfigDict qconfig_dict(const ::torch::jit::Module& model,
 }  // namespace detail
 
 inline prepared_model prepare(const ::torch::jit::Module& model, const quantization_plan& plan,
-                              qconfig_maker make_qconfigs = qconfigs_of) {
+                              observer_maker make_observer_for = make_observer_or_fake_quantize) {
     if (!model.find_method("forward"))
         throw error(error_kind::invalid_argument, "the model has no forward method to quantize");
     const runtime_quantizer& quantizer = plan.quantizer;
@@ -107,6 +114,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
     // LibTorch cannot place observers in the graphs as scripted, they are specialized for
     // inference (inference_graph.hpp), a step deeper each time. QAT trains, and keeps them.
     std::vector<specialization_depth> depths{specialization_depth::none};
+    const detail::qconfigs_by_target qconfigs = detail::qconfigs_for(plan, make_observer_for);  // once, for every depth
     if (!quantizer.is_qat())
         depths.insert(depths.end(), {specialization_depth::branches, specialization_depth::constants,
                                      specialization_depth::inlined});
@@ -120,7 +128,7 @@ inline prepared_model prepare(const ::torch::jit::Module& model, const quantizat
         // Equalized after folding: the folded weights are what observers see and convert quantizes.
         std::vector<adjustment> adjustments = equalize_for_targets(folded, plan);
         reset_parameters(folded, quantizer.is_qat());  // trainable for QAT, frozen for calibration
-        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, make_qconfigs, adjustments);
+        const ::torch::jit::QConfigDict dict = detail::qconfig_dict(folded, plan, qconfigs, adjustments);
         split_shared_types(folded, dict);
         // InsertObservers edits `folded` in place: the float model the plan keeps is a copy.
         if (plan.keeps_folded_model) prepared.folded_model = folded.clone();
