@@ -12,7 +12,12 @@ The truth is measured in Python, independently of versatil: the float model's co
 are counted by PyTorch's profiler on one forward (make_zoo.py), and the quantized ops by
 loading the saved quantized model with torch.jit.load and profiling one forward of it.
 
-  check_zoo.py VERSATIL_QUANTIZE [--zoo DIR] [--only NAMES] [--jobs N] [--keep DIR]
+  check_zoo.py VERSATIL_QUANTIZE [--zoo DIR] [--only NAMES] [--crossed] [--jobs N] [--keep DIR]
+
+--crossed runs each model in two configurations instead of four: static on one backend and
+dynamic on the other, the backends swapping from one model to the next (the sanitizer run's
+choice: the two backends share the code that quantizes a graph, so the model, not the backend,
+picks the paths it runs).
 
 Without --zoo it writes the zoo first (make_zoo.py, about 20 s). --keep keeps every report
 (REPORT_DIR/<model>.<backend>.<mode>.json) for benchmarks/zoo_peer.py. Needs Debian's
@@ -263,6 +268,7 @@ def main():
     parser.add_argument("cli")
     parser.add_argument("--zoo")
     parser.add_argument("--only", default="")
+    parser.add_argument("--crossed", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--keep")
     args = parser.parse_args()
@@ -289,7 +295,10 @@ def main():
         print(("FAIL " if unlisted else "ok   ") + "every module name in tests/fuzz/module_names.txt"
               + (f": {unlisted[:5]} missing; regenerate it with make_zoo.py --module-names" if unlisted else ""))
         failures, passed = (1, 0) if unlisted else (0, 1)
-        cases = [(e, b, m, "", "") for e in entries for b in BACKENDS for m in MODES]
+        if args.crossed:
+            cases = [(e, BACKENDS[(i + j) % 2], m, "", "") for i, e in enumerate(entries) for j, m in enumerate(MODES)]
+        else:
+            cases = [(e, b, m, "", "") for e in entries for b in BACKENDS for m in MODES]
         cases += [(e, "x86_inductor", "static", "gptq", "") for e in entries if e["name"] in GPTQ]
         cases += [(e, b, m, "", NESTED[e["name"]])
                   for e in entries if e["name"] in NESTED for b in BACKENDS for m in MODES]
