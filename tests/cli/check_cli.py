@@ -468,37 +468,43 @@ def check_refusals(d):
                   expect_text="Traceback of TorchScript")
     if "Traceback" in brief or "--verbose shows" in verbose:
         failures.append(f"--verbose: the short message has the traceback, or the long one the hint\n{brief}\n{verbose}")
-    # Data files with one thing wrong each, written by Debian's python3-torch.
-    def data_file(name, **tensors):
-        script = ("import sys, torch\n"
-                  "class D(torch.nn.Module):\n"
-                  "    def __init__(self, tensors):\n"
-                  "        super().__init__()\n"
-                  "        for k, v in tensors.items(): self.register_buffer(k, v)\n"
-                  "    def forward(self): return None\n"
-                  f"torch.jit.save(torch.jit.script(D({{{', '.join(f'{k!r}: {v}' for k, v in tensors.items())}}})), "
-                  "sys.argv[1])\n")
-        # From a file: torch.jit.script reads the class's source, which `python -c` has none of.
-        (d / "make_data.py").write_text(script)
-        subprocess.run(["/usr/bin/python3", d / "make_data.py", d / name], check=True, timeout=300)
-        return d / name
+    # Data files with one thing wrong each, written by Debian's python3-torch in one process (each
+    # interpreter that imports torch costs a second and a half).
     images = "torch.randn(8, 1, 28, 28)"
-    run("--model", model, "--data", data_file("test_only.pt", test=images), "--no-per-layer", expect_status=2,
+    broken = {"test_only.pt": {"test": images},
+              "empty.pt": {"calib": "torch.empty(0, 1, 28, 28)", "test": images},
+              "inf.pt": {"calib": "torch.full((4, 1, 28, 28), float('inf'))"},
+              "nan.pt": {"calib": "torch.full((4, 1, 28, 28), float('nan'))"},
+              "shape.pt": {"calib": "torch.randn(4, 3, 28, 28)"},
+              "dtype.pt": {"calib": "torch.ones(4, 1, 28, 28, dtype=torch.long)"},
+              "both.pt": {"calib": images, "calib_0": images},
+              "ragged.pt": {"calib_0": images, "calib_1": "torch.randn(7, 4)"}}
+    script = ("import sys, torch\n"
+              "class D(torch.nn.Module):\n"
+              "    def __init__(self, tensors):\n"
+              "        super().__init__()\n"
+              "        for k, v in tensors.items(): self.register_buffer(k, v)\n"
+              "    def forward(self): return None\n"
+              + "".join(f"torch.jit.save(torch.jit.script(D({{{', '.join(f'{k!r}: {v}' for k, v in t.items())}}})), "
+                        f"sys.argv[1] + '/{name}')\n" for name, t in broken.items()))
+    # From a file: torch.jit.script reads the class's source, which `python -c` has none of.
+    (d / "make_data.py").write_text(script)
+    subprocess.run(["/usr/bin/python3", d / "make_data.py", d], check=True, timeout=300)
+    run("--model", model, "--data", d / "test_only.pt", "--no-per-layer", expect_status=2,
         expect_text="static quantization needs calibration batches")
-    run("--model", model, "--data", data_file("empty.pt", calib="torch.empty(0, 1, 28, 28)", test=images),
-        "--no-per-layer", expect_status=2, expect_text="'calib' ([0, 1, 28, 28] Float) holds no sample")
-    run("--model", model, "--data", data_file("inf.pt", calib="torch.full((4, 1, 28, 28), float('inf'))"),
-        "--no-per-layer", expect_status=2, expect_text="calibration batch 0 holds NaN or Inf")
-    run("--model", model, "--data", data_file("nan.pt", calib="torch.full((4, 1, 28, 28), float('nan'))"),
-        "--no-per-layer", expect_status=2, expect_text="calibration batch 0 holds NaN or Inf")
-    run("--model", model, "--data", data_file("shape.pt", calib="torch.randn(4, 3, 28, 28)"), "--no-per-layer",
-        expect_status=2, expect_text="calibration batch 0 ([4, 3, 28, 28] Float) does not fit the model")
-    run("--model", model, "--data", data_file("dtype.pt", calib="torch.ones(4, 1, 28, 28, dtype=torch.long)"),
-        "--no-per-layer", expect_status=2, expect_text="([4, 1, 28, 28] Long) does not fit the model: RuntimeError")
-    run("--model", model, "--data", data_file("both.pt", calib=images, calib_0=images), "--no-per-layer",
-        expect_status=2, expect_text="has both 'calib' and 'calib_0'")
-    run("--model", model, "--data", data_file("ragged.pt", calib_0=images, calib_1="torch.randn(7, 4)"),
-        "--no-per-layer", expect_status=2, expect_text="'calib_1' has 7 rows, 'calib_0' 8")
+    run("--model", model, "--data", d / "empty.pt", "--no-per-layer", expect_status=2,
+        expect_text="'calib' ([0, 1, 28, 28] Float) holds no sample")
+    for name in ("inf.pt", "nan.pt"):
+        run("--model", model, "--data", d / name, "--no-per-layer", expect_status=2,
+            expect_text="calibration batch 0 holds NaN or Inf")
+    run("--model", model, "--data", d / "shape.pt", "--no-per-layer", expect_status=2,
+        expect_text="calibration batch 0 ([4, 3, 28, 28] Float) does not fit the model")
+    run("--model", model, "--data", d / "dtype.pt", "--no-per-layer", expect_status=2,
+        expect_text="([4, 1, 28, 28] Long) does not fit the model: RuntimeError")
+    run("--model", model, "--data", d / "both.pt", "--no-per-layer", expect_status=2,
+        expect_text="has both 'calib' and 'calib_0'")
+    run("--model", model, "--data", d / "ragged.pt", "--no-per-layer", expect_status=2,
+        expect_text="'calib_1' has 7 rows, 'calib_0' 8")
     # An output directory nobody may write: /proc refuses new files even to root (CI runs as
     # root, for whom a chmod 555 directory is still writable).
     run("--model", model, "--data", data, "--out", "/proc/versatil-q.pt", "--no-per-layer", expect_status=2,
