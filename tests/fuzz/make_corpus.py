@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.jit._pickle  # restore_type_tag, which C++'s torch::pickle_save names
 
 out = Path(sys.argv[1])
 
@@ -55,6 +56,27 @@ write("model_file", "data.pt", saved(Data({"calib": torch.randn(3, 2), "test": t
                                            "test_labels": torch.tensor([0, 1])})))
 write("model_file", "data_scalar_labels.pt", saved(Data({"test": torch.randn(2, 2), "test_labels": torch.tensor(1)})))
 write("model_file", "truncated.pt", model[: len(model) // 2])
+
+
+def torch_saved(value):
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+class TypeTagged:
+    """A dict as C++'s torch::pickle_save writes one: restore_type_tag(dict, "Dict[str, Tensor]")."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def __reduce__(self):
+        return torch.jit._pickle.restore_type_tag, (self.tensors, "Dict[str, Tensor]")
+
+
+data_tensors = {"calib": torch.randn(3, 2), "test": torch.randn(2, 2), "test_labels": torch.tensor([0, 1])}
+write("model_file", "saved_dict.pt", torch_saved(data_tensors))
+write("model_file", "type_tagged_dict.pt", torch_saved(TypeTagged(data_tensors)))
 
 
 def rewritten(archive, edit):

@@ -129,7 +129,7 @@ TEST_CASE("the fuzzer's 26 GB memo index is caught in the pickle, its archive be
           std::string::npos);
 }
 
-TEST_CASE("a torch.save pickle of tensors passes the data-file scan, and one that does more is named") {
+TEST_CASE("torch.save's and torch::pickle_save's pickles of tensors pass the data-file scan; more is named") {
     // data.pkl of torch.save({"calib": torch.zeros(2, 3)}), Debian's python3-torch 1.13.
     const std::string_view saved =
         "\x80\x02}q\x00X\x05\x00\x00\x00" "calibq\x01" "ctorch._utils\x0a_rebuild_tensor_v2\x0aq\x02((X\x07\x00\x00"
@@ -139,6 +139,20 @@ TEST_CASE("a torch.save pickle of tensors passes the data-file scan, and one tha
     REQUIRE(saved.size() == 170);
     CHECK(pickle_problem(saved) == "");
     CHECK(tensor_pickle_problem(saved) == "");
+    // data.pkl of C++'s torch::pickle_save(c10::Dict<std::string, at::Tensor>{{"calib", torch::zeros({2, 3})}}),
+    // LibTorch 1.13: the dict wrapped in restore_type_tag(dict, "Dict[str, Tensor]").
+    const std::string_view pickle_saved =
+        "\x80\x02" "ctorch.jit._pickle\x0arestore_type_tag\x0aq\x00}(X\x05\x00\x00\x00" "calibq\x01" "ctorch."
+        "_utils\x0a_rebuild_tensor_v2\x0aq\x02((X\x07\x00\x00\x00storageq\x03" "ctorch\x0a" "FloatStorage\x0a"
+        "q\x04X\x01\x00\x00\x00" "0q\x05X\x03\x00\x00\x00" "cpuq\x06K\x06tQq\x07K\x00(K\x02K\x03t(K\x03K\x01t"
+        "\x89" "ccollections\x0aOrderedDict\x0aq\x08)RtRuX\x11\x00\x00\x00" "Dict[str, Tensor]q\x09\x86Rq\x0a"
+        "."sv;
+    REQUIRE(pickle_saved.size() == 227);
+    CHECK(pickle_problem(pickle_saved) == "");
+    CHECK(tensor_pickle_problem(pickle_saved) == "");
+    // Its other helpers build lists of ints or tensors, which no data file needs.
+    CHECK(tensor_pickle_problem("\x80\x02" "ctorch.jit._pickle\nbuild_intlist\n]\x85R."sv).starts_with(
+        "it calls torch.jit._pickle.build_intlist, which a file of tensors never needs"));
     // What pickle.dumps of an object whose __reduce__ returns (os.system, ("id",)) holds.
     CHECK(tensor_pickle_problem("\x80\x02" "cposix\nsystem\nX\x02\x00\x00\x00id\x85R."sv).starts_with(
         "it calls posix.system, which a file of tensors never needs"));

@@ -344,3 +344,52 @@ TEST_CASE("a dict of tensors written by torch.save reads as the TorchScript data
                                            "script it with torch.jit.script"),
                          error);
 }
+
+TEST_CASE("a dict of tensors written by C++'s torch::pickle_save reads as the tensors it holds") {
+    const scratch_directory scratch;
+    const auto write = [&](const c10::IValue& value, const std::string& name) {
+        const std::vector<char> bytes = ::torch::pickle_save(value);
+        std::ofstream(scratch.path / name, std::ios::binary)
+            .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        return scratch.path / name;
+    };
+    // A C++ user's data file: LibTorch wraps the dict in restore_type_tag(dict, "Dict[str, Tensor]").
+    ::torch::manual_seed(0);
+    const at::Tensor calib = ::torch::randn({6, 1, 28, 28}), test = ::torch::randn({4, 1, 28, 28});
+    const at::Tensor labels = ::torch::tensor({3, 1, 4, 1}, at::kLong);
+    c10::Dict<std::string, at::Tensor> tensors;
+    tensors.insert("calib", calib);
+    tensors.insert("test", test);
+    tensors.insert("test_labels", labels);
+    const fs::path saved = write(tensors, "saved.pt");
+    const data_file read = load_data_file(saved);
+    REQUIRE(read.calibration.size() == 1);
+    CHECK(at::equal(read.calibration[0], calib));
+    CHECK(at::equal(read.evaluation.at(0), test));
+    CHECK(at::equal(*read.evaluation_labels, labels));
+    // LibTorch's own reader of the same bytes agrees.
+    std::ifstream in(saved, std::ios::binary);
+    const std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
+    CHECK(at::equal(::torch::pickle_load(bytes).toGenericDict().at("calib").toTensor(), read.calibration[0]));
+
+    // What else pickle_save writes is refused by name: a dict keyed by ints, a dict of lists (its
+    // tensor-list builder is not on the scan's allow-list). The type tag is compared, never parsed:
+    // the same file with its tag saying "Dict[int, Tensor]" is refused before any tensor is kept.
+    c10::Dict<std::int64_t, at::Tensor> by_number;
+    by_number.insert(0, calib);
+    CHECK_THROWS_WITH_AS(load_data_file(write(by_number, "by_number.pt")),
+                         doctest::Contains("a dict key is an int: name each tensor with a string"), error);
+    c10::Dict<std::string, c10::List<at::Tensor>> of_lists;
+    of_lists.insert("calib", c10::List<at::Tensor>({calib}));
+    CHECK_THROWS_WITH_AS(load_data_file(write(of_lists, "of_lists.pt")),
+                         doctest::Contains("it calls torch.jit._pickle.build_tensorlist, which a file of tensors"),
+                         error);
+    std::string mistagged = versatil::testing::read_bytes(saved);
+    const std::size_t tag = mistagged.find("Dict[str, Tensor]");
+    REQUIRE(tag != std::string::npos);
+    mistagged.replace(tag, 17, "Dict[int, Tensor]");
+    versatil::testing::refresh_crc(mistagged, "/data.pkl");
+    versatil::testing::write_bytes(scratch.path / "mistagged.pt", mistagged);
+    CHECK_THROWS_WITH_AS(load_data_file(scratch.path / "mistagged.pt"),
+                         doctest::Contains("restore_type_tag with arguments other than a dict and its type"), error);
+}

@@ -1,11 +1,11 @@
-// Reading what torch.save writes for a dict of tensors ({"calib": x, "test": y}), without
-// Python. The file is untrusted: its archive passes check_archive first (layout, CRC, pickle
-// structure), its pickle then tensor_pickle_scan.hpp's allow-list (only the globals torch.save
-// writes for tensors, a stack that never underflows, no memo entry read before it is stored).
-// Only then is it run, here, by a small interpreter of just that subset: LibTorch 1.13's own
-// unpickler knows no APPEND or SETITEM, so it cannot read torch.save({"calib": x}), whose one
-// entry Python writes with SETITEM. Every tensor built must fit its storage, and every storage
-// the bytes of its record.
+// Reading what torch.save writes for a dict of tensors ({"calib": x, "test": y}), without Python;
+// C++'s torch::pickle_save writes the same format for a c10::Dict. The file is untrusted: its
+// archive passes check_archive first (layout, CRC, pickle structure), its pickle then
+// tensor_pickle_scan.hpp's allow-list (only the globals torch.save writes for tensors, a stack that
+// never underflows, no memo entry read before it is stored). Only then is it run, here, by a small
+// interpreter of just that subset: LibTorch 1.13's own unpickler knows no APPEND or SETITEM, so it
+// cannot read torch.save({"calib": x}), whose one entry Python writes with SETITEM. Every tensor
+// built must fit its storage, and every storage the bytes of its record.
 #pragma once
 
 #include <caffe2/serialize/inline_container.h>
@@ -237,7 +237,10 @@ private:
         return value;
     }
 
-    // REDUCE: OrderedDict() (a tensor's empty hooks) or _rebuild_tensor_v2(storage, offset, size, stride, ...).
+    // REDUCE: OrderedDict() (a tensor's empty hooks), _rebuild_tensor_v2(storage, offset, size, stride, ...),
+    // or restore_type_tag(dict, "Dict[str, ...]"), which C++'s torch::pickle_save wraps a dict in to
+    // name its element types: the dict is kept as it is (the caller checks its values), and the type
+    // string is only compared, never parsed.
     void reduce() {
         std::vector<c10::IValue> arguments = pop_values(1);
         if (stack_.empty() || stack_.back().global.empty()) fail("REDUCE calls something that is not a global");
@@ -247,6 +250,12 @@ private:
         const auto& args = arguments.front().toTupleRef().elements();
         if (callee == "collections.OrderedDict" && args.empty())
             return push(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+        if (callee == "torch.jit._pickle.restore_type_tag") {
+            if (args.size() != 2 || !args[0].isGenericDict() || !args[1].isString() ||
+                !args[1].toStringRef().starts_with("Dict[str, "))
+                fail("REDUCE calls " + callee + " with arguments other than a dict and its type, Dict[str, ...]");
+            return push(args[0]);
+        }
         if (callee != "torch._utils._rebuild_tensor_v2" || args.size() < 4 || !args[0].isTuple() || !args[1].isInt())
             fail("REDUCE calls " + callee + " with arguments torch.save never writes");
         // A storage as storage() above returns it: the storage and its element type.
@@ -289,7 +298,7 @@ private:
 // whatever else the scan allows (the caller says what it takes).
 inline named_values load_saved_dict(const std::filesystem::path& path, error_kind kind, std::string_view what) {
     const auto fail = [&](const std::string& problem) {
-        throw error(kind, std::string(what) + " '" + path.string() + "' (written by torch.save) " + problem);
+        throw error(kind, std::string(what) + " '" + path.string() + "' (a torch.save archive) " + problem);
     };
     c10::IValue value;
     try {

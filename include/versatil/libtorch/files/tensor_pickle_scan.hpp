@@ -1,6 +1,7 @@
 // What a torch.save data file's pickle may do, checked before LibTorch's unpickler runs it.
 // A pickle is a program: its globals name the functions it calls. A data file needs only the
-// ones torch.save writes for tensors (the tensor rebuilder, the storage types, OrderedDict), so
+// ones torch.save writes for tensors (the tensor rebuilder, the storage types, OrderedDict, and
+// C++'s torch::pickle_save's type tag), so
 // every other global (a model's classes, os.system) is refused, as are the opcodes that call
 // without naming a global (INST, OBJ, NEWOBJ, the extension registry, STACK_GLOBAL). The scan
 // also follows the stack and the memo: LibTorch's unpickler pops without looking, so an opcode
@@ -30,10 +31,13 @@ inline constexpr std::array<std::string_view, 10> storage_classes{
     "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
     "IntStorage",   "ShortStorage",  "CharStorage", "ByteStorage",     "BoolStorage"};
 
-// The globals torch.save writes for a dict (or list) of tensors.
+// The globals torch.save writes for a dict (or list) of tensors, and the one LibTorch's
+// torch::pickle_save adds in C++: restore_type_tag(dict, "Dict[str, Tensor]"), which names the
+// dict's element types (saved_tensors.hpp's interpreter checks its arguments and keeps the dict).
 inline bool is_tensor_global(std::string_view module, std::string_view name) {
     if (module == "torch._utils") return name == "_rebuild_tensor_v2";
     if (module == "collections") return name == "OrderedDict";
+    if (module == "torch.jit._pickle") return name == "restore_type_tag";
     return module == "torch" && std::ranges::find(storage_classes, name) != storage_classes.end();
 }
 
