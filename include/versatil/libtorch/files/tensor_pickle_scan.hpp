@@ -1,12 +1,12 @@
-// What a torch.save data file's pickle may do, checked before LibTorch's unpickler runs it.
-// A pickle is a program: its globals name the functions it calls. A data file needs only the
-// ones torch.save writes for tensors (the tensor rebuilder, the storage types, OrderedDict, and
-// C++'s torch::pickle_save's type tag), so
-// every other global (a model's classes, os.system) is refused, as are the opcodes that call
-// without naming a global (INST, OBJ, NEWOBJ, the extension registry, STACK_GLOBAL). The scan
-// also follows the stack and the memo: LibTorch's unpickler pops without looking, so an opcode
-// that pops an empty stack, or fetches a memo entry never stored, is refused here. Run it after
-// pickle_scan.hpp's find_problem, which proves every argument lies inside the pickle.
+// What a torch.save data file's pickle may do, checked before LibTorch's unpickler runs it. A
+// pickle is a program: its globals name the functions it calls. A data file needs only the ones
+// torch.save writes for tensors (the tensor rebuilder, the storage types, OrderedDict, and C++'s
+// torch::pickle_save's type tag), so every other global (a model's classes, os.system) is refused,
+// as are the opcodes that call without naming a global (INST, OBJ, NEWOBJ, the extension registry,
+// STACK_GLOBAL). The scan also follows the stack and the memo: LibTorch's unpickler pops without
+// looking, so an opcode that pops an empty stack, or fetches a memo entry never stored, is refused
+// here. Run it after pickle_scan.hpp's find_problem, which proves every argument lies inside the
+// pickle.
 // Standard library only.
 #pragma once
 
