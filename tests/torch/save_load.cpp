@@ -349,8 +349,7 @@ TEST_CASE("a dict of tensors written by C++'s torch::pickle_save reads as the te
     const scratch_directory scratch;
     const auto write = [&](const c10::IValue& value, const std::string& name) {
         const std::vector<char> bytes = ::torch::pickle_save(value);
-        std::ofstream(scratch.path / name, std::ios::binary)
-            .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        versatil::testing::write_bytes(scratch.path / name, std::string(bytes.begin(), bytes.end()));
         return scratch.path / name;
     };
     // A C++ user's data file: LibTorch wraps the dict in restore_type_tag(dict, "Dict[str, Tensor]").
@@ -368,9 +367,9 @@ TEST_CASE("a dict of tensors written by C++'s torch::pickle_save reads as the te
     CHECK(at::equal(read.evaluation.at(0), test));
     CHECK(at::equal(*read.evaluation_labels, labels));
     // LibTorch's own reader of the same bytes agrees.
-    std::ifstream in(saved, std::ios::binary);
-    const std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
-    CHECK(at::equal(::torch::pickle_load(bytes).toGenericDict().at("calib").toTensor(), read.calibration[0]));
+    const std::string bytes = bytes_of(saved);
+    CHECK(at::equal(::torch::pickle_load({bytes.begin(), bytes.end()}).toGenericDict().at("calib").toTensor(),
+                    read.calibration[0]));
 
     // What else pickle_save writes is refused by name: a dict keyed by ints, a dict of lists (its
     // tensor-list builder is not on the scan's allow-list). The type tag is compared, never parsed:
@@ -384,7 +383,7 @@ TEST_CASE("a dict of tensors written by C++'s torch::pickle_save reads as the te
     CHECK_THROWS_WITH_AS(load_data_file(write(of_lists, "of_lists.pt")),
                          doctest::Contains("it calls torch.jit._pickle.build_tensorlist, which a file of tensors"),
                          error);
-    std::string mistagged = versatil::testing::read_bytes(saved);
+    std::string mistagged = bytes_of(saved);
     const std::size_t tag = mistagged.find("Dict[str, Tensor]");
     REQUIRE(tag != std::string::npos);
     mistagged.replace(tag, 17, "Dict[int, Tensor]");
