@@ -347,6 +347,32 @@ def forward(self, x: Tensor) -> Tensor:
 )JIT");
 }
 
+// MobileNetV2's inverted residual block, ReLU6 written the three ways scripted models hold it
+// (hardtanh_, as nn.ReLU6(inplace=True) scripts; hardtanh; clamp), then a value read by two clamps.
+// The layers after a ReLU6 read a grid the whole model observed at the convolution before it,
+// clamped as the ReLU6 clamps (clamped_observation.hpp). head_a's clamp to [0, 4] cuts more than
+// the observer of its grid did, which saw the hull of both readers, [0, 6].
+::torch::jit::Module inverted_residual() {
+    return libtorch::detail::instantiate(
+        "__torch__.versatil_test.InvertedResidual", "",
+        {{"stem", conv2d(1, 8, 3, 21, {.padding = 1})},
+         {"expand", conv2d(8, 16, 1, 22)},
+         {"depthwise", conv2d(16, 16, 3, 23, {.padding = 1, .groups = 16})},
+         {"project", conv2d(16, 8, 1, 24)},
+         {"mixed", conv2d(8, 8, 3, 25, {.padding = 1})},
+         {"head_a", conv2d(8, 4, 1, 26)},
+         {"head_b", conv2d(8, 4, 1, 27)}},
+        {}, R"JIT(
+def forward(self, x: Tensor) -> Tensor:
+    x = torch.hardtanh_(self.stem.forward(x), 0.0, 6.0)
+    y = torch.hardtanh(self.expand.forward(x), 0.0, 6.0)
+    y = torch.clamp(self.depthwise.forward(y), 0.0, 6.0)
+    x = x + self.project.forward(y)
+    w = self.mixed.forward(x)
+    return self.head_a.forward(torch.clamp(w, 0.0, 4.0)) + self.head_b.forward(torch.hardtanh(w, 0.0, 6.0))
+)JIT");
+}
+
 double sqnr_db(const model_outputs& reference, const model_outputs& outputs) {
     return compare_outputs(reference, outputs).overall.sqnr_db;
 }
@@ -355,16 +381,17 @@ double sqnr_db(const model_outputs& reference, const model_outputs& outputs) {
 
 // The per-layer rows run each layer from the float model's values before it, computed once a
 // batch (float_prefix.hpp), instead of the whole switched model per layer. Against the brute
-// force: the whole switched model run with each layer's switches on, and (per_layer_sqnr) a
-// layer on a grid observed elsewhere (resnet_cnn's fc, after average pooling, calibrated in a
-// group of its own) quantized alone and run whole. Models with a residual add, a concatenation,
-// depthwise convolutions. Seen failing with the switched layers left out of the rows' graphs, and
-// (vit in the zoo) with a row of no switches, whose graph returned values it had dropped.
+// force: the whole switched model run with each layer's switches on, and every layer quantized
+// alone and run whole (per_layer_sqnr quantizes alone, in groups, only the layers on a grid
+// observed elsewhere: resnet_cnn's fc, after average pooling). Models with a residual add, a
+// concatenation, depthwise convolutions, ReLU6. Seen failing with the switched layers left out of
+// the rows' graphs, and (vit in the zoo) with a row of no switches, whose graph returned values it
+// had dropped.
 TEST_CASE("per-layer rows from the float prefix are the whole switched model's, layer by layer") {
     const quantize_data data{versatil::testing::smooth_batches(2, 16, 1), versatil::testing::smooth_batches(2, 8, 2),
                              std::nullopt};
     const runtime_quantizer quantizer = compose({{"", backend("x86_inductor")}});
-    const auto models = {resnet_cnn(0), mobilenet_cnn(0), in_place_join()};
+    const auto models = {resnet_cnn(0), mobilenet_cnn(0), in_place_join(), inverted_residual()};
     for (const ::torch::jit::Module& model : models) {
         const std::vector<std::string> layers = analysed_layers(model, quantizer);
         CAPTURE(layers.size());
@@ -391,10 +418,6 @@ TEST_CASE("per-layer rows from the float prefix are the whole switched model's, 
             switches.quantize_layer(layer, false);
             CHECK(std::isfinite(whole));  // the layer is quantized: its row is no float model's
             CHECK(std::abs(sqnr_db(reference, rows[i]) - whole) < 1e-4);
-            if (switches.stands_for_alone(layer)) {
-                brute_force[layer] = whole;
-                continue;
-            }
             // Alone: calibrated on the analysis' first 8 calibration batches (all 2 here).
             const libtorch::detail::stage_results alone =
                 libtorch::detail::run_sequence(model, plan_for(compose({{layer, backend("x86_inductor")}})), data,
@@ -402,6 +425,13 @@ TEST_CASE("per-layer rows from the float prefix are the whole switched model's, 
             switchable_quantization alone_switches(alone.converted->module, {layer}, ::torch::jit::QuantType::STATIC);
             alone_switches.quantize_layer(layer, true);
             brute_force[layer] = sqnr_db(reference, run_batches(alone_switches.module(), data.evaluation));
+            if (switches.stands_for_alone(layer)) CHECK(std::abs(whole - brute_force[layer]) < 1e-4);
+        }
+        if (layers.size() == 7) {  // inverted_residual(): which layers the one calibration stands for
+            std::vector<std::string> measured_apart;
+            for (const std::string& layer : layers)
+                if (!switches.stands_for_alone(layer)) measured_apart.push_back(layer);
+            CHECK(measured_apart == std::vector<std::string>{"head_a"});
         }
         const libtorch::detail::per_layer_analysis analysis = libtorch::detail::per_layer_sqnr(
             model, quantizer, &done.converted->module, data.calibration, data.evaluation, 1, /*every sample*/ 0);

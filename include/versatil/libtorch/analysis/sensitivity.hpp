@@ -23,7 +23,9 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "versatil/libtorch/error.hpp"
+#include "versatil/libtorch/passes/clamped_observation.hpp"
 #include "versatil/libtorch/torchscript/graph_walk.hpp"
 #include "versatil/libtorch/torchscript/metrics.hpp"
 #include "versatil/libtorch/analysis/report.hpp"
@@ -61,16 +64,74 @@ inline bool requantizes(const ::torch::jit::Node* quantize) {
            quantize->input(1)->node()->kind() == c10::aten::q_scale;
 }
 
+// A clamp's bound as convert leaves it, put on the clamped value's grid (scalar_tensor,
+// quantize_per_tensor, dequantize, item): the value the bound was before. Any other as it is.
+inline ::torch::jit::Value* bound_before_quantization(::torch::jit::Value* bound) {
+    const ::torch::jit::Node* item = bound->node();
+    if (item->kind() != c10::aten::item) return bound;
+    const ::torch::jit::Node* dequantize = item->input(0)->node();
+    if (dequantize->kind() != c10::aten::dequantize) return bound;
+    const ::torch::jit::Node* quantize = dequantize->input(0)->node();
+    if (quantize->kind() != c10::aten::quantize_per_tensor) return bound;
+    const ::torch::jit::Node* scalar = quantize->input(0)->node();
+    return scalar->kind() == c10::aten::scalar_tensor ? scalar->input(0) : bound;
+}
+
+// The hull of the intervals of the ops reading what `quantize` produced, directly or through a
+// dequantize, if every reader but those of its qparams has one: the interval to which
+// clamp_observed_values clamped the values its observer saw (clamped_observation.hpp).
+inline std::optional<constant_outside> interval_observed(const ::torch::jit::Node* quantize) {
+    constant_outside hull{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+    const auto widen = [&](const ::torch::jit::Node* reader, const ::torch::jit::Value* value) {
+        const std::optional<constant_outside> interval = interval_of_reader(reader, value, bound_before_quantization);
+        if (interval) hull = {std::min(hull.low, interval->low), std::max(hull.high, interval->high)};
+        return interval.has_value();
+    };
+    for (const ::torch::jit::Use& use : quantize->output()->uses()) {
+        const c10::Symbol kind = use.user->kind();
+        if (kind == c10::aten::q_scale || kind == c10::aten::q_zero_point || kind == c10::prim::dtype) continue;
+        if (kind != c10::aten::dequantize) {
+            if (!widen(use.user, quantize->output())) return std::nullopt;
+            continue;
+        }
+        for (const ::torch::jit::Use& read : use.user->output()->uses())
+            if (!widen(read.user, use.user->output())) return std::nullopt;
+    }
+    if (hull.low > hull.high) return std::nullopt;
+    return hull;
+}
+
+// Whether `requantization` puts a clamp's output on the grid an observer of that output would
+// choose from the same values: the clamp (ReLU6, hardtanh, clamp) reads the dequantized output
+// of a quantize op whose observer saw the values clamped to this clamp's interval. convert
+// writes MobileNetV2's conv + ReLU6 so: the convolution's output quantized, dequantized,
+// clamped, and requantized with its qparams.
+inline bool requantizes_clamp_as_observed(const ::torch::jit::Node* requantization) {
+    const ::torch::jit::Node* clamp = requantization->input(0)->node();
+    if (!is_clamp(clamp) || clamp->inputs().empty()) return false;
+    const ::torch::jit::Node* dequantize = clamp->input(0)->node();
+    if (dequantize->kind() != c10::aten::dequantize) return false;
+    const ::torch::jit::Node* quantize = dequantize->input(0)->node();
+    if (!is_quantize(quantize) || requantizes(quantize) ||
+        requantization->input(1)->node()->input(0) != quantize->output())
+        return false;
+    const std::optional<constant_outside> interval =
+        interval_of_reader(clamp, dequantize->output(), bound_before_quantization);
+    const std::optional<constant_outside> observed = interval_observed(quantize);
+    return interval && observed && interval->low == observed->low && interval->high == observed->high;
+}
+
 // The quantize op whose result `value` is, through ops that keep a quantized tensor quantized
 // (flatten, view, max pool, average pool: LibTorch's pass-through ops), or none.
 // `borrowed_grid` is set when the value is on a grid observed elsewhere: reached through an op
-// that changes values, or a requantization.
+// that changes values, or a requantization (but requantizes_clamp_as_observed).
 inline ::torch::jit::Node* quantized_by(::torch::jit::Value* value, bool& borrowed_grid) {
     std::unordered_set<const ::torch::jit::Value*> seen;
     while (seen.insert(value).second) {
-        if (is_quantize(value->node())) {
-            borrowed_grid = borrowed_grid || requantizes(value->node());
-            return value->node();
+        ::torch::jit::Node* node = value->node();
+        if (is_quantize(node)) {
+            borrowed_grid = borrowed_grid || (requantizes(node) && !requantizes_clamp_as_observed(node));
+            return node;
         }
         const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(value);
         if (sources.size() != 1) return nullptr;
@@ -148,7 +209,9 @@ inline void add_requantizations(::torch::jit::Node* quantize, std::set<::torch::
 
 }  // namespace detail
 
-// A copy of a converted model whose quantize ops can be switched off and on, by layer.
+// A copy of a converted model whose quantize ops can be switched off and on, by layer. The
+// model is a post-training calibration's (QAT runs have no per-layer analysis): its observers saw
+// values read only by clamps clamped (clamped_observation.hpp), which stands_for_alone relies on.
 class switchable_quantization {
 public:
     switchable_quantization(const ::torch::jit::Module& converted, const std::vector<std::string>& layers,
@@ -247,7 +310,9 @@ public:
     // Whether switching `layer` on here gives what quantizing it alone gives: not when its input
     // is on a grid observed elsewhere (fc after average pooling reads the
     // pooling input's grid here, a grid of its own when quantized alone: 37.3 against 39.4 dB on
-    // the benchmark's resnet_cnn, enough to reorder the ranking).
+    // the benchmark's resnet_cnn, enough to reorder the ranking). A ReLU6's output is on the
+    // grid of the convolution before it, observed as the ReLU6 sees it: the same grid
+    // (requantizes_clamp_as_observed).
     [[nodiscard]] bool stands_for_alone(const std::string& layer) const { return !measured_alone_.contains(layer); }
 
     // Whether `a` and `b` quantize a value in common (one's output read by the other, directly or
@@ -329,8 +394,7 @@ private:
 // `layers` in groups whose members share no quantized value (share_a_value in `switches`) and
 // may be quantized together (`may_join(a, b)`), greedily, in order. Observers change no value,
 // so calibrating a group's layers together observes what calibrating each alone does: one
-// quantization per group instead of one per layer (MobileNetV2's 35 layers that read a ReLU6's
-// output, each on a grid observed elsewhere, become 2 groups).
+// quantization per group instead of one per layer.
 template <class MayJoin>
 std::vector<std::vector<std::string>> groups_apart(const switchable_quantization& switches,
                                                    const std::vector<std::string>& layers, MayJoin may_join) {

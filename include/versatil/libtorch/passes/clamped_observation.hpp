@@ -52,8 +52,10 @@ inline std::optional<double> constant_bound(::torch::jit::Value* value, double n
 
 // Where `reader` reads `value` as the input of a function constant outside an interval: that
 // interval. Nothing for every other use (a second operand, a graph output, a matmul...).
-inline std::optional<constant_outside> interval_of_reader(const ::torch::jit::Node* reader,
-                                                          const ::torch::jit::Value* value) {
+// `bound_source`, if given, maps a bound of hardtanh or clamp to the value holding its constant.
+inline std::optional<constant_outside> interval_of_reader(
+    const ::torch::jit::Node* reader, const ::torch::jit::Value* value,
+    ::torch::jit::Value* (*bound_source)(::torch::jit::Value*) = nullptr) {
     if (reader->inputs().empty() || reader->input(0) != value) return std::nullopt;
     const std::string_view kind = reader->kind().toQualString();
     // The op or its in-place form (relu_), which reads the same way.
@@ -66,11 +68,21 @@ inline std::optional<constant_outside> interval_of_reader(const ::torch::jit::No
     if (is("aten::hardswish")) return constant_outside{-3.0, infinity};
     if (is("aten::hardsigmoid")) return constant_outside{-3.0, 3.0};
     if ((is("aten::hardtanh") || is("aten::clamp")) && reader->inputs().size() == 3) {
-        const std::optional<double> low = constant_bound(reader->input(1), -infinity);
-        const std::optional<double> high = constant_bound(reader->input(2), infinity);
+        const auto bound = [&](std::size_t input) {
+            return bound_source ? bound_source(reader->input(input)) : reader->input(input);
+        };
+        const std::optional<double> low = constant_bound(bound(1), -infinity);
+        const std::optional<double> high = constant_bound(bound(2), infinity);
         if (low && high && *low <= *high) return constant_outside{*low, *high};
     }
     return std::nullopt;
+}
+
+// Whether `node` is a clamp: ReLU, ReLU6, hardtanh or clamp, not hardswish and hardsigmoid,
+// which are constant outside an interval but compute more inside it.
+inline bool is_clamp(const ::torch::jit::Node* node) {
+    const std::string_view kind = node->kind().toQualString();
+    return kind.starts_with("aten::relu") || kind.starts_with("aten::hardtanh") || kind.starts_with("aten::clamp");
 }
 
 // The hull of the intervals of every reader of `value`, if each has one.
