@@ -383,15 +383,16 @@ double sqnr_db(const model_outputs& reference, const model_outputs& outputs) {
 // batch (float_prefix.hpp), instead of the whole switched model per layer. Against the brute
 // force: the whole switched model run with each layer's switches on, and every layer quantized
 // alone and run whole (per_layer_sqnr quantizes alone, in groups, only the layers on a grid
-// observed elsewhere: resnet_cnn's fc, after average pooling). Models with a residual add, a
-// concatenation, depthwise convolutions, ReLU6. Seen failing with the switched layers left out of
+// observed elsewhere: resnet_cnn's fc, after average pooling; small_cnn_mlp's layers after max
+// pooling). Models with a residual add, a concatenation, depthwise convolutions, ReLU6, max
+// pooling. Seen failing with the switched layers left out of
 // the rows' graphs, and (vit in the zoo) with a row of no switches, whose graph returned values it
 // had dropped.
 TEST_CASE("per-layer rows from the float prefix are the whole switched model's, layer by layer") {
     const quantize_data data{versatil::testing::smooth_batches(2, 16, 1), versatil::testing::smooth_batches(2, 8, 2),
                              std::nullopt};
     const runtime_quantizer quantizer = compose({{"", backend("x86_inductor")}});
-    const auto models = {resnet_cnn(0), mobilenet_cnn(0), in_place_join(), inverted_residual()};
+    const auto models = {resnet_cnn(0), mobilenet_cnn(0), in_place_join(), inverted_residual(), small_cnn_mlp(0)};
     for (const ::torch::jit::Module& model : models) {
         const std::vector<std::string> layers = analysed_layers(model, quantizer);
         CAPTURE(layers.size());
@@ -427,12 +428,14 @@ TEST_CASE("per-layer rows from the float prefix are the whole switched model's, 
             brute_force[layer] = sqnr_db(reference, run_batches(alone_switches.module(), data.evaluation));
             if (switches.stands_for_alone(layer)) CHECK(std::abs(whole - brute_force[layer]) < 1e-4);
         }
-        if (layers.size() == 7) {  // inverted_residual(): which layers the one calibration stands for
-            std::vector<std::string> measured_apart;
-            for (const std::string& layer : layers)
-                if (!switches.stands_for_alone(layer)) measured_apart.push_back(layer);
-            CHECK(measured_apart == std::vector<std::string>{"head_a"});
-        }
+        // Which layers the one calibration stands for, where the model shows both kinds.
+        std::vector<std::string> measured_apart;
+        for (const std::string& layer : layers)
+            if (!switches.stands_for_alone(layer)) measured_apart.push_back(layer);
+        const auto has = [&](const char* layer) { return std::ranges::find(layers, layer) != layers.end(); };
+        if (has("head_a")) CHECK(measured_apart == std::vector<std::string>{"head_a"});  // inverted_residual
+        if (has("classifier.fc1"))  // small_cnn_mlp: read through max pooling (and flatten), a grid of their own alone
+            CHECK(measured_apart == std::vector<std::string>{"features.4", "classifier.fc1"});
         const libtorch::detail::per_layer_analysis analysis = libtorch::detail::per_layer_sqnr(
             model, quantizer, &done.converted->module, data.calibration, data.evaluation, 1, /*every sample*/ 0);
         REQUIRE(analysis.layers.size() == layers.size());

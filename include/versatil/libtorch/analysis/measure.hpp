@@ -60,7 +60,7 @@ inline bool quantized_as_alone_together(const runtime_quantizer& quantizer, cons
 // evaluation pass per layer; dynamic targets switch each layer's linear ops on in the direct
 // path's model (dynamic_switches.hpp), one evaluation pass per layer too. Where that cannot
 // stand for the layer quantized alone (a static layer's input on a grid observed elsewhere, as
-// after average pooling; a dynamic model beyond the direct path, or with the cle
+// after average or max pooling; a dynamic model beyond the direct path, or with the cle
 // option), the layer is quantized alone, calibrated on the first 8 calibration batches as the
 // analysis always did: static layers in groups of layers apart (groups_apart), each group
 // calibrated and converted once and its layers switched on in turn, or one lowering per layer
