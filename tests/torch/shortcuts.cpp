@@ -350,7 +350,8 @@ def forward(self, x: Tensor) -> Tensor:
 // MobileNetV2's inverted residual block, ReLU6 written the three ways scripted models hold it
 // (hardtanh_, as nn.ReLU6(inplace=True) scripts; hardtanh; clamp), then a value read by two clamps.
 // The layers after a ReLU6 read a grid the whole model observed at the convolution before it,
-// clamped as the ReLU6 clamps (clamped_observation.hpp). head_a's clamp to [0, 4] cuts more than
+// clamped as the ReLU6 clamps (clamped_observation.hpp); `mixed` reads a ReLU LibTorch runs on the
+// quantized sum, observed as the ReLU sees it. head_a's clamp to [0, 4] cuts more than
 // the observer of its grid did, which saw the hull of both readers, [0, 6].
 ::torch::jit::Module inverted_residual() {
     return libtorch::detail::instantiate(
@@ -367,7 +368,7 @@ def forward(self, x: Tensor) -> Tensor:
     x = torch.hardtanh_(self.stem.forward(x), 0.0, 6.0)
     y = torch.hardtanh(self.expand.forward(x), 0.0, 6.0)
     y = torch.clamp(self.depthwise.forward(y), 0.0, 6.0)
-    x = x + self.project.forward(y)
+    x = torch.relu(x + self.project.forward(y))
     w = self.mixed.forward(x)
     return self.head_a.forward(torch.clamp(w, 0.0, 4.0)) + self.head_b.forward(torch.hardtanh(w, 0.0, 6.0))
 )JIT");

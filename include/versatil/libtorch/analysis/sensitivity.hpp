@@ -94,6 +94,17 @@ inline std::optional<constant_outside> interval_observed(const ::torch::jit::Nod
     return hull;
 }
 
+// Whether `clamp`, reading `quantize`'s output (dequantized or not), clamps to the interval the
+// observer of that output saw (interval_observed): then the clamp's output is on the grid an
+// observer after it would choose from the same values.
+inline bool clamps_as_observed(const ::torch::jit::Node* clamp, const ::torch::jit::Value* read,
+                               const ::torch::jit::Node* quantize) {
+    if (!is_clamp(clamp) || requantizes(quantize)) return false;
+    const std::optional<constant_outside> interval = interval_of_reader(clamp, read, bound_before_quantization);
+    const std::optional<constant_outside> observed = interval_observed(quantize);
+    return interval && observed && interval->low == observed->low && interval->high == observed->high;
+}
+
 // Whether `requantization` puts a clamp's output on the grid an observer of that output would
 // choose from the same values: the clamp (ReLU6, hardtanh, clamp) reads the dequantized output
 // of a quantize op whose observer saw the values clamped to this clamp's interval. convert
@@ -101,17 +112,12 @@ inline std::optional<constant_outside> interval_observed(const ::torch::jit::Nod
 // clamped, and requantized with its qparams.
 inline bool requantizes_clamp_as_observed(const ::torch::jit::Node* requantization) {
     const ::torch::jit::Node* clamp = requantization->input(0)->node();
-    if (!is_clamp(clamp) || clamp->inputs().empty()) return false;
+    if (clamp->inputs().empty()) return false;
     const ::torch::jit::Node* dequantize = clamp->input(0)->node();
     if (dequantize->kind() != c10::aten::dequantize) return false;
     const ::torch::jit::Node* quantize = dequantize->input(0)->node();
-    if (!is_quantize(quantize) || requantizes(quantize) ||
-        requantization->input(1)->node()->input(0) != quantize->output())
-        return false;
-    const std::optional<constant_outside> interval =
-        interval_of_reader(clamp, dequantize->output(), bound_before_quantization);
-    const std::optional<constant_outside> observed = interval_observed(quantize);
-    return interval && observed && interval->low == observed->low && interval->high == observed->high;
+    return is_quantize(quantize) && requantization->input(1)->node()->input(0) == quantize->output() &&
+           clamps_as_observed(clamp, dequantize->output(), quantize);
 }
 
 // Ops that pass quantization through and hand on the values they read, only arranged
@@ -151,8 +157,8 @@ inline bool read_only_along(const std::vector<::torch::jit::Value*>& path, const
 // (flatten, view, max pool, average pool: LibTorch's pass-through ops), or none.
 // `borrowed_grid` is set when the value is not on the grid the reader would have quantized
 // alone: reached through an op that changes values (average pooling, max pooling: but for
-// keeps_values) or a requantization (but requantizes_clamp_as_observed), or through values
-// other ops read too.
+// keeps_values and clamps_as_observed) or a requantization (but requantizes_clamp_as_observed),
+// or through values other ops read too.
 inline ::torch::jit::Node* quantized_by(::torch::jit::Value* value, bool& borrowed_grid) {
     std::unordered_set<const ::torch::jit::Value*> seen;
     std::vector<::torch::jit::Value*> path;  // the values from the one read back, the quantize op's excluded
@@ -165,7 +171,12 @@ inline ::torch::jit::Node* quantized_by(::torch::jit::Value* value, bool& borrow
         }
         const std::vector<::torch::jit::Value*> sources = ::torch::jit::getPassThroughInputs(value);
         if (sources.size() != 1) return nullptr;
-        borrowed_grid = borrowed_grid || !keeps_values(node);
+        // A ReLU running on the quantized tensor (after an add, in RegNet) keeps the grid when
+        // its input's observer saw the values clamped as it clamps them.
+        const ::torch::jit::Node* source = sources.front()->node();
+        const bool same_grid =
+            keeps_values(node) || (is_quantize(source) && clamps_as_observed(node, sources.front(), source));
+        borrowed_grid = borrowed_grid || !same_grid;
         path.push_back(value);
         value = sources.front();
     }
