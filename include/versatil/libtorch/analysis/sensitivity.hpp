@@ -23,7 +23,6 @@
 #include <torch/script.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -57,6 +56,12 @@ inline bool requantizes(const ::torch::jit::Node* quantize) {
            quantize->input(1)->node()->kind() == c10::aten::q_scale;
 }
 
+// Whether `node` reads a quantized tensor's qparams (q_scale, q_zero_point, dtype), not its values.
+inline bool reads_qparams(const ::torch::jit::Node* node) {
+    const c10::Symbol kind = node->kind();
+    return kind == c10::aten::q_scale || kind == c10::aten::q_zero_point || kind == c10::prim::dtype;
+}
+
 // A clamp's bound as convert leaves it, put on the clamped value's grid (scalar_tensor,
 // quantize_per_tensor, dequantize, item): the value the bound was before. Any other as it is.
 inline ::torch::jit::Value* bound_before_quantization(::torch::jit::Value* bound) {
@@ -74,23 +79,18 @@ inline ::torch::jit::Value* bound_before_quantization(::torch::jit::Value* bound
 // dequantize, if every reader but those of its qparams has one: the interval to which
 // clamp_observed_values clamped the values its observer saw (clamped_observation.hpp).
 inline std::optional<constant_outside> interval_observed(const ::torch::jit::Node* quantize) {
-    constant_outside hull{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
-    const auto widen = [&](const ::torch::jit::Node* reader, const ::torch::jit::Value* value) {
-        const std::optional<constant_outside> interval = interval_of_reader(reader, value, bound_before_quantization);
-        if (interval) hull = {std::min(hull.low, interval->low), std::max(hull.high, interval->high)};
-        return interval.has_value();
-    };
+    std::optional<constant_outside> hull;
     for (const ::torch::jit::Use& use : quantize->output()->uses()) {
-        const c10::Symbol kind = use.user->kind();
-        if (kind == c10::aten::q_scale || kind == c10::aten::q_zero_point || kind == c10::prim::dtype) continue;
-        if (kind != c10::aten::dequantize) {
-            if (!widen(use.user, quantize->output())) return std::nullopt;
-            continue;
-        }
-        for (const ::torch::jit::Use& read : use.user->output()->uses())
-            if (!widen(read.user, use.user->output())) return std::nullopt;
+        const bool dequantizes = use.user->kind() == c10::aten::dequantize;
+        if (reads_qparams(use.user) || (dequantizes && use.user->output()->uses().empty())) continue;
+        const std::optional<constant_outside> interval =
+            dequantizes
+                ? interval_of_readers(use.user->output(), bound_before_quantization)
+                : interval_of_reader(use.user, quantize->output(), bound_before_quantization);
+        if (!interval) return std::nullopt;
+        hull = hull ? constant_outside{std::min(hull->low, interval->low), std::max(hull->high, interval->high)}
+                    : *interval;
     }
-    if (hull.low > hull.high) return std::nullopt;
     return hull;
 }
 
@@ -102,7 +102,7 @@ inline bool clamps_as_observed(const ::torch::jit::Node* clamp, const ::torch::j
     if (!is_clamp(clamp) || requantizes(quantize)) return false;
     const std::optional<constant_outside> interval = interval_of_reader(clamp, read, bound_before_quantization);
     const std::optional<constant_outside> observed = interval_observed(quantize);
-    return interval && observed && interval->low == observed->low && interval->high == observed->high;
+    return interval && observed && *interval == *observed;
 }
 
 // Whether `requantization` puts a clamp's output on the grid an observer of that output would
@@ -143,12 +143,8 @@ inline bool read_only_along(const std::vector<::torch::jit::Value*>& path, const
     values.push_back(quantize->output());
     for (std::size_t i = 1; i < values.size(); ++i) {
         const ::torch::jit::Node* op_on_path = values[i - 1]->node();
-        for (const ::torch::jit::Use& use : values[i]->uses()) {
-            const c10::Symbol kind = use.user->kind();
-            const bool reads_qparams =
-                kind == c10::aten::q_scale || kind == c10::aten::q_zero_point || kind == c10::prim::dtype;
-            if (!reads_qparams && use.user != op_on_path) return false;
-        }
+        for (const ::torch::jit::Use& use : values[i]->uses())
+            if (!reads_qparams(use.user) && use.user != op_on_path) return false;
     }
     return true;
 }
@@ -223,8 +219,7 @@ inline std::vector<::torch::jit::Node*> qparams_readers(::torch::jit::Node* quan
         pending.pop_back();
         if (!seen.insert(value).second) continue;
         for (const ::torch::jit::Use& use : value->uses()) {
-            const c10::Symbol kind = use.user->kind();
-            if (kind == c10::aten::q_scale || kind == c10::aten::q_zero_point || kind == c10::prim::dtype) {
+            if (reads_qparams(use.user)) {
                 readers.push_back(use.user);
                 continue;
             }

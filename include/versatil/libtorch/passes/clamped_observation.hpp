@@ -36,6 +36,7 @@ namespace detail {
 struct constant_outside {
     double low = -std::numeric_limits<double>::infinity();
     double high = std::numeric_limits<double>::infinity();
+    bool operator==(const constant_outside&) const = default;
 };
 
 inline const c10::Symbol clamped_for_observer = c10::Symbol::attr("versatil_clamped_for_observer");
@@ -85,12 +86,14 @@ inline bool is_clamp(const ::torch::jit::Node* node) {
     return kind.starts_with("aten::relu") || kind.starts_with("aten::hardtanh") || kind.starts_with("aten::clamp");
 }
 
-// The hull of the intervals of every reader of `value`, if each has one.
-inline std::optional<constant_outside> interval_of_readers(const ::torch::jit::Value* value) {
+// The hull of the intervals of every reader of `value`, if each has one (`bound_source` as for
+// interval_of_reader).
+inline std::optional<constant_outside> interval_of_readers(
+    const ::torch::jit::Value* value, ::torch::jit::Value* (*bound_source)(::torch::jit::Value*) = nullptr) {
     if (value->uses().empty()) return std::nullopt;
     constant_outside hull{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
     for (const ::torch::jit::Use& use : value->uses()) {
-        const std::optional<constant_outside> interval = interval_of_reader(use.user, value);
+        const std::optional<constant_outside> interval = interval_of_reader(use.user, value, bound_source);
         if (!interval) return std::nullopt;
         hull.low = std::min(hull.low, interval->low);
         hull.high = std::max(hull.high, interval->high);
